@@ -1,0 +1,589 @@
+//! A heap: the pages and segments of one thread, and the allocation and free
+//! paths that use them.
+//!
+//! `alloc` and `free` below are the fast paths: a few loads and stores on
+//! memory only the owning thread touches, no lock, no atomic read-modify-
+//! write. Everything else (finding or making a page, frees from other
+//! threads, returning memory) lives in the functions after them.
+//!
+//! A heap keeps, per size class, a queue of pages that may have free blocks;
+//! the first page of a queue is the one allocation pops from. Pages found
+//! exhausted move to the `full` queue, so the search never revisits them; a
+//! free brings them back (directly when local, through a notice when remote).
+//! For small sizes `pages_direct` maps the request size in words straight to
+//! the first page of its queue, so the fast path needs no class computation.
+const std = @import("std");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
+const os = @import("os.zig");
+const size_class = @import("size_class.zig");
+const page_mod = @import("page.zig");
+const Page = page_mod.Page;
+const Block = page_mod.Block;
+const PageQueue = page_mod.PageQueue;
+const segment_mod = @import("segment.zig");
+const Segment = segment_mod.Segment;
+const SegmentList = segment_mod.SegmentList;
+const Kind = segment_mod.Kind;
+const huge = @import("huge.zig");
+const thread = @import("thread.zig");
+
+/// Requests up to this size (and alignment) take the direct fast path.
+pub const direct_size_max_bytes = 1024;
+const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
+
+/// Memory of free pages a heap keeps resident (for quick reuse) before it
+/// returns the excess to the OS. When exceeded, the heap purges down to a
+/// quarter of it.
+pub const purge_threshold_bytes = 4 * 1024 * 1024;
+
+/// The page `pages_direct` points at when a size has no page: never has free
+/// blocks, so the fast path falls through to the slow path.
+var page_empty: Page = .{};
+
+pub const Heap = struct {
+    // ---- Owner only; the fast paths read the first field. ----
+    pages_direct: [direct_count]*Page,
+    queues: [size_class.class_count]PageQueue,
+    /// Pages found without free blocks (flag `in_full` set).
+    full: PageQueue,
+    /// Every small, medium and large segment this heap owns.
+    segments: SegmentList("all"),
+    /// Small and medium segments with at least one free page.
+    with_free: [2]SegmentList("with_free"),
+    /// One empty segment kept mapped, so a heap that frees its last page and
+    /// allocates again does not unmap and map.
+    spare: ?*Segment,
+    /// Touched bytes of free pages (and of the spare) that may be resident.
+    dirty_bytes: usize,
+
+    // ---- Read and written by other threads (thread.zig). ----
+    /// Thread ownership word; see thread.zig.
+    owner: std.atomic.Value(u64) align(std.atomic.cache_line),
+    /// Process the owner word refers to (detects fork children).
+    pid: std.atomic.Value(os.Pid),
+    /// Set by a remote free that cleared a page's full flag; tells the owner
+    /// to look at its segments' `page_notice` bits.
+    notice: std.atomic.Value(bool),
+
+    pub const init_value: Heap = .{
+        .pages_direct = @splat(&page_empty),
+        .queues = @splat(.{}),
+        .full = .{},
+        .segments = .{},
+        .with_free = @splat(.{}),
+        .spare = null,
+        .dirty_bytes = 0,
+        .owner = .init(0),
+        .pid = .init(0),
+        .notice = .init(false),
+    };
+
+    /// The heap of threads that have not allocated yet. It owns nothing, so
+    /// its fast paths always fall through to the slow path, which gives the
+    /// thread a real heap.
+    pub var empty: Heap = init_value;
+
+    // ==== Fast paths ====================================================
+
+    /// Allocates `len` bytes aligned to `alignment` (a power of two).
+    pub inline fn alloc(len: usize, alignment: usize) ?[*]u8 {
+        const heap = thread.current();
+        // Both at most direct_size_max_bytes (len == 0 wraps and goes slow).
+        if (((len -% 1) | (alignment - 1)) < direct_size_max_bytes) {
+            // Rounding to the alignment first makes the block a multiple of
+            // it (size_class.zig), and every block sits at such a multiple.
+            const size = std.mem.alignForward(usize, len, alignment);
+            const page = heap.pages_direct[(size + size_class.word_bytes - 1) / size_class.word_bytes];
+            if (page.free) |block| {
+                @branchHint(.likely);
+                page.free = block.next;
+                page.used += 1;
+                return @ptrCast(block);
+            }
+        }
+        return heap.allocSlow(len, alignment);
+    }
+
+    /// Frees a pointer kennel returned, from any thread.
+    pub inline fn free(ptr: [*]u8) void {
+        const segment = Segment.ofPtr(ptr);
+        const page = segment.pageOf(ptr);
+        const heap = thread.current();
+        if (segment.ownerRelaxed() == heap) {
+            @branchHint(.likely);
+            if (@as(u8, @bitCast(page.flags)) == 0) {
+                @branchHint(.likely);
+                const block: *Block = @ptrCast(@alignCast(ptr));
+                block.next = page.free;
+                page.free = block;
+                page.used -= 1;
+                if (page.used == 0) {
+                    @branchHint(.unlikely);
+                    heap.retirePage(page);
+                }
+                return;
+            }
+            return heap.freeLocalFlagged(page, ptr);
+        }
+        return freeRemote(segment, page, ptr);
+    }
+
+    // ==== Allocation, slow paths ========================================
+
+    fn allocSlow(heap_or_empty: *Heap, len: usize, alignment: usize) ?[*]u8 {
+        const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
+        const len_nonzero = @max(len, 1);
+        if (alignment > segment_mod.block_align_max_bytes) return heap.allocOverAligned(len_nonzero, alignment);
+        if (len_nonzero > size_class.block_size_max_bytes) return huge.alloc(len_nonzero, alignment);
+        const size = std.mem.alignForward(usize, len_nonzero, alignment);
+        if (size > size_class.block_size_max_bytes) return huge.alloc(len_nonzero, alignment);
+        return heap.allocClass(size_class.ofSize(size));
+    }
+
+    fn allocClass(heap: *Heap, class: size_class.Class) ?[*]u8 {
+        if (heap.queues[class].first) |page| {
+            if (page.free != null) return page.pop();
+        }
+        return heap.allocGeneric(class);
+    }
+
+    /// The first page of the class has no free block: collect, search,
+    /// extend, or take a new page.
+    fn allocGeneric(heap: *Heap, class: size_class.Class) ?[*]u8 {
+        heap.processNotices();
+        const page = heap.findPage(class) orelse return null;
+        return page.pop();
+    }
+
+    /// A request aligned to more than blocks guarantee: over-allocate within
+    /// a class and hand out the aligned address inside the block.
+    fn allocOverAligned(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
+        // Blocks start at multiples of 8, so an aligned run of `len` bytes
+        // starts within the first `alignment - 8` bytes of the block.
+        const padded = std.math.add(usize, len, alignment - size_class.word_bytes) catch return null;
+        if (padded > size_class.block_size_max_bytes) return huge.alloc(len, alignment);
+        const block = heap.allocClass(size_class.ofSize(padded)) orelse return null;
+        const page = Segment.ofPtr(block).pageOf(block);
+        if (!page.flags.has_aligned) page.setFlags(.{ .in_full = page.flags.in_full, .has_aligned = true });
+        const aligned = std.mem.alignForward(usize, @intFromPtr(block), alignment);
+        assert(aligned + len <= @intFromPtr(block) + page.block_size);
+        return @ptrFromInt(aligned);
+    }
+
+    /// A page of `class` with a free block, or null when out of memory.
+    fn findPage(heap: *Heap, class: size_class.Class) ?*Page {
+        if (heap.findPageInQueue(class)) |page| return page;
+        const kind = Kind.ofClass(class);
+        if (heap.takeFreePage(kind)) |page| return heap.installPage(page, class);
+        // Before mapping fresh memory, reuse what dead threads left behind.
+        if (!builtin.single_threaded and thread.absorbAnyOrphan(heap)) {
+            heap.processNotices();
+            if (heap.findPageInQueue(class)) |page| return page;
+            if (heap.takeFreePage(kind)) |page| return heap.installPage(page, class);
+        }
+        const segment = Segment.create(kind, heap) orelse return null;
+        heap.addSegment(segment);
+        return heap.installPage(heap.takePageFrom(segment), class);
+    }
+
+    fn findPageInQueue(heap: *Heap, class: size_class.Class) ?*Page {
+        const queue = &heap.queues[class];
+        // Each step returns or moves the first page to the full queue, so
+        // the queue's length bounds the loop.
+        var steps = queue.count;
+        while (steps > 0) : (steps -= 1) {
+            const page = queue.first.?;
+            page.collect();
+            if (page.free != null) return page;
+            if (page.capacity < page.reserved) {
+                page.extend();
+                return page;
+            }
+            if (!page.tryMarkFull()) {
+                // Remote frees arrived since `collect`.
+                page.collect();
+                assert(page.free != null);
+                return page;
+            }
+            heap.queueRemove(page);
+            heap.full.pushBack(page);
+            page.setFlags(.{ .in_full = true, .has_aligned = page.flags.has_aligned });
+        }
+        return null;
+    }
+
+    /// Sets up a free page for `class` and puts it first in its queue.
+    fn installPage(heap: *Heap, page: *Page, class: size_class.Class) *Page {
+        const segment = Segment.ofPtr(page);
+        const area = segment.pageArea(page.index);
+        page.init(class, area.ptr, area.len);
+        page.extend();
+        heap.queuePushFront(page);
+        return page;
+    }
+
+    // ==== Free, slow paths ==============================================
+
+    /// A local free into a page with flags: full, or holding over-aligned
+    /// blocks whose pointers may be interior.
+    fn freeLocalFlagged(heap: *Heap, page: *Page, ptr: [*]u8) void {
+        const block = if (page.flags.has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
+        page.push(block);
+        if (page.flags.in_full) heap.unfull(page);
+        if (page.used == 0) heap.retirePage(page);
+    }
+
+    /// A free by a thread that does not own the block's page.
+    fn freeRemote(segment: *Segment, page: *Page, ptr: [*]u8) void {
+        if (segment.kind == .huge) return huge.free(segment);
+        if (builtin.single_threaded) unreachable; // One heap owns every page.
+        // A block whose owner is gone makes this thread the owner: from then
+        // on its frees into those pages are local.
+        if (thread.absorbIfOrphaned(segment)) {
+            const heap = thread.current();
+            if (segment.ownerRelaxed() == heap) return heap.freeLocalFlagged(page, ptr);
+        }
+        const block = if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
+        // After the push the owner may free the page and unmap the segment:
+        // nothing below may touch either, so the owner is notified first.
+        page.pushThreadFree(block, segment, notifyOwner);
+    }
+
+    /// Tells the owner of `segment` that a remote free is about to land in
+    /// `page`, which sits in the owner's full queue. Called before the push,
+    /// while the block keeps the page alive.
+    fn notifyOwner(segment: *Segment, page: *Page) void {
+        // SeqCst, with the SeqCst store of `owner` and load of `page_notice`
+        // in `absorb`: of the two threads, at least one sees the other's
+        // write, so a notice racing with a change of owner is not lost.
+        _ = segment.page_notice.fetchOr(@as(u64, 1) << @intCast(page.index), .seq_cst);
+        // SeqCst: the other half of the pattern above.
+        const owner = segment.owner.load(.seq_cst) orelse return;
+        // Release: whoever acquires the flag sees the page_notice bit.
+        owner.notice.store(true, .release);
+    }
+
+    /// Brings back pages whose full flag remote frees cleared.
+    fn processNotices(heap: *Heap) void {
+        if (builtin.single_threaded) return;
+        // Monotonic: a cheap look; the swap below does the ordering.
+        if (!heap.notice.load(.monotonic)) return;
+        // Acquire: pairs with the release in notifyOwner.
+        _ = heap.notice.swap(false, .acquire);
+        var steps = heap.segments.count;
+        var it = heap.segments.first;
+        while (it) |segment| : (it = segment.all.next) {
+            assert(steps > 0);
+            steps -= 1;
+            // Monotonic: a cheap look; the swap below does the ordering.
+            if (segment.page_notice.load(.monotonic) == 0) continue;
+            // Acquire: pairs with the SeqCst fetchOr in notifyOwner.
+            var mask = segment.page_notice.swap(0, .acquire);
+            while (mask != 0) : (mask &= mask - 1) {
+                const page = &segment.pages[@ctz(mask)];
+                // Stale notices (page since reused or unfull) are ignored.
+                if (page.flags.in_full) heap.unfull(page);
+            }
+        }
+    }
+
+    /// Moves a page from the full queue back to its class queue.
+    fn unfull(heap: *Heap, page: *Page) void {
+        assert(page.flags.in_full);
+        heap.full.remove(page);
+        page.setFlags(.{ .in_full = false, .has_aligned = page.flags.has_aligned });
+        page.clearFull();
+        heap.queuePushBack(page);
+    }
+
+    /// A page's last block came back.
+    fn retirePage(heap: *Heap, page: *Page) void {
+        assert(page.used == 0 and !page.flags.in_full);
+        // Keep a size's only page, so a loop that allocates and frees one
+        // block does not give the page back each time. Large pages are big
+        // enough to return; the spare segment absorbs that churn.
+        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) return;
+        heap.freePage(page);
+    }
+
+    /// Returns an empty page to its segment (and the segment, if empty).
+    fn freePage(heap: *Heap, page: *Page) void {
+        assert(page.used == 0);
+        assert(!page.hasThreadFrees());
+        if (page.flags.in_full) {
+            heap.full.remove(page);
+            page.clearFull();
+        } else {
+            heap.queueRemove(page);
+        }
+        const segment = Segment.ofPtr(page);
+        const had_free = segment.hasFreePage();
+        heap.dirty_bytes += page.touchedBytes();
+        segment.releasePage(page);
+        if (segment.isEmpty()) {
+            heap.releaseSegment(segment);
+        } else if (!had_free and segment.kind != .large) {
+            heap.with_free[@intFromEnum(segment.kind)].push(segment);
+            segment.in_with_free = true;
+        }
+        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_threshold_bytes / 4);
+    }
+
+    // ==== Segments ======================================================
+
+    fn addSegment(heap: *Heap, segment: *Segment) void {
+        assert(segment.ownerRelaxed() == heap);
+        heap.segments.push(segment);
+        if (segment.kind != .large and segment.hasFreePage()) {
+            heap.with_free[@intFromEnum(segment.kind)].push(segment);
+            segment.in_with_free = true;
+        }
+    }
+
+    fn removeSegment(heap: *Heap, segment: *Segment) void {
+        heap.segments.remove(segment);
+        if (segment.in_with_free) {
+            heap.with_free[@intFromEnum(segment.kind)].remove(segment);
+            segment.in_with_free = false;
+        }
+    }
+
+    /// A free page of `kind` from the heap's segments or its spare.
+    fn takeFreePage(heap: *Heap, kind: Kind) ?*Page {
+        if (kind != .large) {
+            if (heap.with_free[@intFromEnum(kind)].first) |segment| return heap.takePageFrom(segment);
+        }
+        const spare = heap.spare orelse return null;
+        heap.spare = null;
+        heap.dirty_bytes -= spare.dirtyBytes();
+        spare.setLayout(kind);
+        heap.addSegment(spare);
+        return heap.takePageFrom(spare);
+    }
+
+    fn takePageFrom(heap: *Heap, segment: *Segment) *Page {
+        const page, const was_dirty = segment.takePage();
+        if (was_dirty) heap.dirty_bytes -= page.touchedBytes();
+        if (segment.in_with_free and !segment.hasFreePage()) {
+            heap.with_free[@intFromEnum(segment.kind)].remove(segment);
+            segment.in_with_free = false;
+        }
+        return page;
+    }
+
+    /// An empty segment: keep it as the spare, or unmap it.
+    fn releaseSegment(heap: *Heap, segment: *Segment) void {
+        assert(segment.isEmpty());
+        heap.removeSegment(segment);
+        if (heap.spare == null) {
+            heap.spare = segment;
+            return;
+        }
+        heap.dirty_bytes -= segment.dirtyBytes();
+        segment.destroy();
+    }
+
+    /// Returns resident memory of free pages to the OS until at most
+    /// `keep_bytes` remain.
+    pub fn purge(heap: *Heap, keep_bytes: usize) void {
+        if (heap.spare) |spare| {
+            heap.dirty_bytes -= spare.dirtyBytes();
+            spare.destroy();
+            heap.spare = null;
+        }
+        var steps = heap.segments.count;
+        var it = heap.segments.first;
+        while (it) |segment| : (it = segment.all.next) {
+            if (heap.dirty_bytes <= keep_bytes) return;
+            assert(steps > 0);
+            steps -= 1;
+            heap.dirty_bytes -= segment.purgeDirty();
+        }
+    }
+
+    // ==== Queues ========================================================
+    // The first page of a small class's queue is mirrored in pages_direct.
+
+    fn queuePushFront(heap: *Heap, page: *Page) void {
+        heap.queues[page.class].pushFront(page);
+        heap.updateDirect(page.class);
+    }
+
+    fn queuePushBack(heap: *Heap, page: *Page) void {
+        const queue = &heap.queues[page.class];
+        queue.pushBack(page);
+        if (queue.first == page) heap.updateDirect(page.class);
+    }
+
+    fn queueRemove(heap: *Heap, page: *Page) void {
+        const queue = &heap.queues[page.class];
+        const was_first = queue.first == page;
+        queue.remove(page);
+        if (was_first) heap.updateDirect(page.class);
+    }
+
+    /// Points the direct entries of every size served by `class` at the
+    /// class's first page.
+    fn updateDirect(heap: *Heap, class: size_class.Class) void {
+        const block_size = size_class.blockSize(class);
+        if (block_size > direct_size_max_bytes) return;
+        const smaller = if (class == 0) 0 else size_class.blockSize(class - 1);
+        const page = heap.queues[class].first orelse &page_empty;
+        // Word sizes (smaller, block_size] in units of words: at most 8.
+        for (smaller / size_class.word_bytes + 1..block_size / size_class.word_bytes + 1) |words| {
+            heap.pages_direct[words] = page;
+        }
+    }
+
+    // ==== Thread end and adoption =======================================
+
+    /// Gives back everything the heap does not need to keep its live blocks:
+    /// collects remote frees, frees empty pages, returns free memory to the
+    /// OS. Called when the owning thread ends.
+    pub fn releaseUnused(heap: *Heap) void {
+        heap.processNotices();
+        for (&heap.queues) |*queue| {
+            var steps = queue.count;
+            var it = queue.first;
+            while (it) |page| {
+                assert(steps > 0);
+                steps -= 1;
+                it = page.next;
+                page.collect();
+                if (page.used == 0) heap.freePage(page);
+            }
+        }
+        var steps = heap.full.count;
+        var it = heap.full.first;
+        while (it) |page| {
+            assert(steps > 0);
+            steps -= 1;
+            it = page.next;
+            page.collect();
+            if (page.used == 0) heap.freePage(page);
+        }
+        heap.purge(0);
+    }
+
+    /// Takes over every page and segment of `other`, a heap whose thread is
+    /// gone and which the caller has claimed (thread.zig): nobody else
+    /// touches `other`'s owner-only state.
+    pub fn absorb(heap: *Heap, other: *Heap) void {
+        assert(heap != other);
+        var moved: SegmentList("all") = .{};
+        while (other.segments.first) |segment| {
+            other.removeSegment(segment);
+            // SeqCst: see notifyOwner; after this store, remote frees notify
+            // us, and notices sent to `other` before it are caught below.
+            segment.owner.store(heap, .seq_cst);
+            moved.push(segment);
+        }
+        while (moved.pop()) |segment| {
+            heap.addSegment(segment);
+            // SeqCst: the load half of the pattern in notifyOwner.
+            if (segment.page_notice.load(.seq_cst) != 0) {
+                // Monotonic: we are the owner; processNotices acquires.
+                heap.notice.store(true, .monotonic);
+            }
+        }
+        for (&heap.queues, &other.queues, 0..) |*mine, *theirs, class| {
+            const was_empty = mine.first == null;
+            mine.appendAll(theirs);
+            if (was_empty) heap.updateDirect(@intCast(class));
+        }
+        heap.full.appendAll(&other.full);
+        heap.dirty_bytes += other.dirty_bytes;
+        other.dirty_bytes = 0;
+        if (other.spare) |spare| {
+            other.spare = null;
+            if (heap.spare == null) {
+                spare.owner.store(heap, .monotonic);
+                heap.spare = spare;
+            } else {
+                heap.dirty_bytes -= spare.dirtyBytes();
+                spare.destroy();
+            }
+        }
+        other.pages_direct = @splat(&page_empty);
+        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_threshold_bytes / 4);
+    }
+
+    // ==== Resizing ======================================================
+
+    /// Whether the block at `ptr` can hold `new_len` bytes without moving
+    /// and without wasting most of its block.
+    pub fn resizeInPlace(ptr: [*]u8, alignment: usize, new_len: usize) bool {
+        assert(new_len > 0);
+        const segment = Segment.ofPtr(ptr);
+        if (segment.kind == .huge) return huge.resizeInPlace(segment, new_len);
+        const page = segment.pageOf(ptr);
+        // The page may belong to another thread; block_size and area do not
+        // change while any of its blocks is live.
+        const block = if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
+        const block_end = @intFromPtr(block) + page.block_size;
+        if (new_len > block_end - @intFromPtr(ptr)) return false;
+        if (@intFromPtr(block) != @intFromPtr(ptr)) return true; // over-aligned
+        // Shrinking into a block more than twice the fitting size would
+        // strand memory: say no, so the caller moves it to a fitting block.
+        const size = std.mem.alignForward(usize, new_len, @min(alignment, segment_mod.block_align_max_bytes));
+        return size_class.blockSize(size_class.ofSize(size)) * 2 > page.block_size;
+    }
+
+    /// Like resizeInPlace, but huge allocations may move. Null: the caller
+    /// allocates, copies and frees.
+    pub fn remap(ptr: [*]u8, alignment: usize, new_len: usize) ?[*]u8 {
+        const segment = Segment.ofPtr(ptr);
+        if (segment.kind == .huge) {
+            // Shrinking below the huge range keeps the mapping: cheaper than
+            // copying, and only the header page is extra.
+            return huge.remap(segment, new_len);
+        }
+        return if (resizeInPlace(ptr, alignment, new_len)) ptr else null;
+    }
+
+    /// Bytes usable at `ptr` (at least what was requested).
+    pub fn usableSize(ptr: [*]u8) usize {
+        const segment = Segment.ofPtr(ptr);
+        if (segment.kind == .huge) return huge.usableSize(segment);
+        const page = segment.pageOf(ptr);
+        const block = if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
+        return @intFromPtr(block) + page.block_size - @intFromPtr(ptr);
+    }
+
+    // ==== Checks ========================================================
+
+    /// Verifies the heap's bookkeeping (tests and debugging). Owner only.
+    pub fn checkInvariants(heap: *Heap) void {
+        var dirty: usize = 0;
+        var steps = heap.segments.count;
+        var it = heap.segments.first;
+        while (it) |segment| : (it = segment.all.next) {
+            assert(steps > 0);
+            steps -= 1;
+            assert(segment.ownerRelaxed() == heap);
+            assert(!segment.isEmpty() or segment.kind == .large);
+            assert(segment.in_with_free == (segment.kind != .large and segment.hasFreePage()));
+            dirty += segment.dirtyBytes();
+        }
+        if (heap.spare) |spare| dirty += spare.dirtyBytes();
+        assert(dirty == heap.dirty_bytes);
+        for (&heap.queues, 0..) |*queue, class| {
+            var count: u32 = 0;
+            var page_it = queue.first;
+            while (page_it) |page| : (page_it = page.next) {
+                count += 1;
+                assert(count <= queue.count);
+                assert(page.class == class and !page.flags.in_full);
+                assert(page.used <= page.capacity and page.capacity <= page.reserved);
+            }
+            assert(count == queue.count);
+            if (size_class.blockSize(@intCast(class)) <= direct_size_max_bytes) {
+                const words = size_class.blockSize(@intCast(class)) / size_class.word_bytes;
+                assert(heap.pages_direct[words] == queue.first orelse &page_empty);
+            }
+        }
+        var page_it = heap.full.first;
+        while (page_it) |page| : (page_it = page.next) assert(page.flags.in_full);
+    }
+};

@@ -1,0 +1,316 @@
+//! Segments: the 4 MiB regions, aligned to their own size, that pages live in.
+//!
+//! A segment starts with this header; the header holds the metadata of every
+//! page in the segment, so the page of any block is found from the block's
+//! address alone: mask to the segment, shift to the page index.
+//!
+//!   small segment   64 pages of 64 KiB, blocks up to 8 KiB
+//!   medium segment   8 pages of 512 KiB, blocks up to 64 KiB
+//!   large segment    1 page (the whole segment), blocks up to 1 MiB
+//!   huge            one allocation of any size in its own mapping (huge.zig)
+//!
+//! Page 0 shares its space with the header, so its blocks start at
+//! `header_bytes`. Every page area starts at a multiple of 4 KiB, which is why
+//! blocks can promise alignments up to `block_align_max_bytes`.
+//!
+//! A segment belongs to one heap (`owner`), which alone allocates from its
+//! pages and frees into them directly; other threads only push onto a page's
+//! `thread_free` and set bits in `page_notice`.
+//!
+//! Pointers are mapped to their segment with `(ptr - 1) & ~mask` rather than
+//! `ptr & ~mask`: no block of a small, medium or large segment starts at the
+//! segment's first byte (the header is there), and a huge allocation aligned
+//! to more than a segment starts exactly one segment after its header. One
+//! formula thus covers every block kennel hands out.
+const std = @import("std");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
+const os = @import("os.zig");
+const size_class = @import("size_class.zig");
+const page_mod = @import("page.zig");
+const Page = page_mod.Page;
+const Heap = @import("heap.zig").Heap;
+
+pub const segment_size_bytes = 4 * 1024 * 1024;
+const segment_mask = segment_size_bytes - 1;
+
+pub const small_page_bytes = 64 * 1024;
+pub const medium_page_bytes = 512 * 1024;
+pub const small_page_count = segment_size_bytes / small_page_bytes;
+pub const medium_page_count = segment_size_bytes / medium_page_bytes;
+pub const page_count_max = small_page_count;
+
+/// Largest block of each page kind: at least 8 blocks fit in a page.
+pub const small_block_max_bytes = small_page_bytes / 8;
+pub const medium_block_max_bytes = medium_page_bytes / 8;
+pub const large_block_max_bytes = size_class.block_size_max_bytes;
+
+/// Every block is aligned to the largest power of two (up to this) that
+/// divides its size: page areas start at multiples of this.
+pub const block_align_max_bytes = 4096;
+
+pub const Kind = enum(u8) {
+    small,
+    medium,
+    large,
+    huge,
+
+    pub fn ofClass(class: size_class.Class) Kind {
+        const block_size = size_class.blockSize(class);
+        if (block_size <= small_block_max_bytes) return .small;
+        if (block_size <= medium_block_max_bytes) return .medium;
+        return .large;
+    }
+
+    fn pageShift(kind: Kind) u6 {
+        return switch (kind) {
+            .small => std.math.log2_int(usize, small_page_bytes),
+            .medium => std.math.log2_int(usize, medium_page_bytes),
+            .large => std.math.log2_int(usize, segment_size_bytes),
+            // Every offset inside a huge mapping maps to page 0.
+            .huge => 63,
+        };
+    }
+
+    fn pageCount(kind: Kind) u8 {
+        return switch (kind) {
+            .small => small_page_count,
+            .medium => medium_page_count,
+            .large, .huge => 1,
+        };
+    }
+};
+
+/// Intrusive links for the heap's segment lists.
+pub const Link = struct {
+    next: ?*Segment = null,
+    prev: ?*Segment = null,
+};
+
+pub const Segment = struct {
+    // ---- Read by any thread ----
+    /// The heap that owns every page here; null for huge allocations. Changes
+    /// only when a heap absorbs an orphaned heap's segments (thread.zig).
+    owner: std.atomic.Value(?*Heap),
+    /// Pages whose full flag a remote free cleared: bit i is page i.
+    page_notice: std.atomic.Value(u64),
+    kind: Kind,
+    page_shift: u6,
+    page_count: u8,
+
+    // ---- Owner only ----
+    /// Bit i: page i holds no blocks and may be handed to a size class.
+    free_mask: u64,
+    /// Bit i: page i is free and its touched memory may still be resident.
+    dirty_mask: u64,
+    /// In the owner's list of all its segments.
+    all: Link,
+    /// In the owner's list of segments with free pages (small, medium).
+    with_free: Link,
+    in_with_free: bool,
+
+    // ---- Huge allocations only ----
+    /// Length of the whole mapping, header included.
+    huge_mapping_bytes: usize,
+    /// Offset of the block from the segment start.
+    huge_block_offset: usize,
+    /// Alignment the block was requested with (kept for moving remaps).
+    huge_alignment: usize,
+
+    pages: [page_count_max]Page,
+
+    /// Bytes from the segment start to the first block of page 0.
+    pub const header_bytes = std.mem.alignForward(usize, @sizeOf(Segment), block_align_max_bytes);
+
+    comptime {
+        assert(header_bytes == 8192);
+        assert(segment_size_bytes >= 2 * small_page_bytes);
+        assert(small_page_bytes > header_bytes);
+    }
+
+    /// The segment containing the block that starts at `ptr`.
+    pub inline fn ofPtr(ptr: *const anyopaque) *Segment {
+        return @ptrFromInt((@intFromPtr(ptr) - 1) & ~@as(usize, segment_mask));
+    }
+
+    /// The page containing the block that starts at `ptr`.
+    pub inline fn pageOf(segment: *Segment, ptr: *const anyopaque) *Page {
+        const index = (@intFromPtr(ptr) - @intFromPtr(segment)) >> segment.page_shift;
+        assert(index < segment.page_count);
+        return &segment.pages[index];
+    }
+
+    /// The owner, as seen by any thread. Monotonic: the owner compares it
+    /// with itself (a value only it can have stored), and other threads only
+    /// need some recent value (see Heap.notifyOwner for the one exception).
+    pub inline fn ownerRelaxed(segment: *const Segment) ?*Heap {
+        return segment.owner.load(.monotonic);
+    }
+
+    /// Maps a fresh segment of `kind` for `owner`. Null when out of memory.
+    pub fn create(kind: Kind, owner: *Heap) ?*Segment {
+        assert(kind != .huge);
+        const base = os.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
+        const segment: *Segment = @ptrCast(base);
+        segment.owner = .init(owner);
+        segment.page_notice = .init(0);
+        segment.all = .{};
+        segment.with_free = .{};
+        segment.in_with_free = false;
+        segment.huge_mapping_bytes = 0;
+        segment.huge_block_offset = 0;
+        segment.huge_alignment = 0;
+        segment.setLayout(kind);
+        return segment;
+    }
+
+    /// (Re)divides an empty segment into pages of `kind`.
+    pub fn setLayout(segment: *Segment, kind: Kind) void {
+        assert(kind != .huge);
+        segment.kind = kind;
+        segment.page_shift = kind.pageShift();
+        segment.page_count = kind.pageCount();
+        segment.free_mask = allPages(segment.page_count);
+        segment.dirty_mask = 0;
+        for (segment.pages[0..segment.page_count], 0..) |*page, i| {
+            page.* = .{ .index = @intCast(i) };
+        }
+    }
+
+    pub fn destroy(segment: *Segment) void {
+        assert(segment.kind != .huge);
+        assert(segment.isEmpty());
+        os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
+    }
+
+    fn allPages(count: u8) u64 {
+        return if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
+    }
+
+    pub fn isEmpty(segment: *const Segment) bool {
+        return segment.free_mask == allPages(segment.page_count);
+    }
+
+    pub fn hasFreePage(segment: *const Segment) bool {
+        return segment.free_mask != 0;
+    }
+
+    /// The block area of page `index`.
+    pub fn pageArea(segment: *Segment, index: usize) []u8 {
+        assert(index < segment.page_count);
+        const base: [*]u8 = @ptrCast(segment);
+        const start = if (index == 0) header_bytes else index << segment.page_shift;
+        const end = (index + 1) << segment.page_shift;
+        assert(start % block_align_max_bytes == 0);
+        return base[start..@min(end, segment_size_bytes)];
+    }
+
+    /// Takes a free page, preferring one whose memory is still resident.
+    /// Returns the page and whether it was dirty.
+    pub fn takePage(segment: *Segment) struct { *Page, bool } {
+        assert(segment.free_mask != 0);
+        const dirty_free = segment.free_mask & segment.dirty_mask;
+        const index: u6 = @intCast(@ctz(if (dirty_free != 0) dirty_free else segment.free_mask));
+        const bit = @as(u64, 1) << index;
+        const was_dirty = segment.dirty_mask & bit != 0;
+        segment.free_mask &= ~bit;
+        segment.dirty_mask &= ~bit;
+        return .{ &segment.pages[index], was_dirty };
+    }
+
+    /// Gives a page back to the segment; its memory stays resident (dirty)
+    /// until the heap purges it.
+    pub fn releasePage(segment: *Segment, page: *Page) void {
+        const bit = @as(u64, 1) << @intCast(page.index);
+        assert(segment.free_mask & bit == 0);
+        assert(page.next == null and page.prev == null);
+        segment.free_mask |= bit;
+        segment.dirty_mask |= bit;
+        page.free = null;
+        page.used = 0;
+        page.flags = .{};
+    }
+
+    /// Touched bytes of free pages that may still be resident.
+    pub fn dirtyBytes(segment: *Segment) usize {
+        var total: usize = 0;
+        var mask = segment.dirty_mask;
+        while (mask != 0) : (mask &= mask - 1) {
+            total += segment.pages[@ctz(mask)].touchedBytes();
+        }
+        return total;
+    }
+
+    /// Returns the memory of every dirty free page to the OS. Returns the
+    /// bytes released (as counted by `dirtyBytes`).
+    pub fn purgeDirty(segment: *Segment) usize {
+        var total: usize = 0;
+        var mask = segment.dirty_mask;
+        while (mask != 0) : (mask &= mask - 1) {
+            const index = @ctz(mask);
+            const page = &segment.pages[index];
+            const touched = page.touchedBytes();
+            os.purge(segment.pageArea(index).ptr, touched);
+            total += touched;
+        }
+        segment.dirty_mask = 0;
+        return total;
+    }
+};
+
+/// An intrusive list of segments through the link field `field`.
+pub fn SegmentList(comptime field: []const u8) type {
+    return struct {
+        const List = @This();
+        first: ?*Segment = null,
+        count: usize = 0,
+
+        pub fn push(list: *List, segment: *Segment) void {
+            const link = &@field(segment, field);
+            assert(link.next == null and link.prev == null and list.first != segment);
+            link.next = list.first;
+            if (list.first) |f| @field(f, field).prev = segment;
+            list.first = segment;
+            list.count += 1;
+        }
+
+        pub fn remove(list: *List, segment: *Segment) void {
+            assert(list.count > 0);
+            const link = &@field(segment, field);
+            if (link.prev) |p| @field(p, field).next = link.next else {
+                assert(list.first == segment);
+                list.first = link.next;
+            }
+            if (link.next) |n| @field(n, field).prev = link.prev;
+            link.* = .{};
+            list.count -= 1;
+        }
+
+        pub fn pop(list: *List) ?*Segment {
+            const segment = list.first orelse return null;
+            list.remove(segment);
+            return segment;
+        }
+    };
+}
+
+test "layouts cover the segment and keep areas 4 KiB aligned" {
+    inline for (.{ Kind.small, Kind.medium, Kind.large }) |kind| {
+        var end: usize = Segment.header_bytes;
+        const shift = kind.pageShift();
+        for (0..kind.pageCount()) |i| {
+            const start = if (i == 0) Segment.header_bytes else i << shift;
+            try std.testing.expectEqual(end, start);
+            end = @min((i + 1) << shift, segment_size_bytes);
+        }
+        try std.testing.expectEqual(@as(usize, segment_size_bytes), end);
+    }
+}
+
+test "ofPtr finds the header for block starts" {
+    const base: usize = 7 * segment_size_bytes;
+    try std.testing.expectEqual(base, @intFromPtr(Segment.ofPtr(@ptrFromInt(base + Segment.header_bytes))));
+    try std.testing.expectEqual(base, @intFromPtr(Segment.ofPtr(@ptrFromInt(base + segment_size_bytes - 8))));
+    // A huge block aligned to a segment or more starts one segment after its header.
+    try std.testing.expectEqual(base, @intFromPtr(Segment.ofPtr(@ptrFromInt(base + segment_size_bytes))));
+}

@@ -1,0 +1,105 @@
+//! Size classes: the block sizes kennel hands out, and the O(1) map from a
+//! requested size to the smallest class that holds it.
+//!
+//! - 8 to 128 bytes: one class per 8-byte word (8, 16, 24, ..., 128). Exact in
+//!   words, so a 24-byte struct costs 24 bytes.
+//! - Above 128 bytes: eight classes per power of two, i.e. the sizes
+//!   2^k + j * 2^(k-3) for j = 1..8. A request just above a class boundary
+//!   wastes less than 2^(k-3) / 2^k = 12.5% of its block.
+//! - The last class is `block_size_max_bytes` (1 MiB). Larger requests are
+//!   huge allocations and get their own mapping (see huge.zig).
+//!
+//! Every class above 128 bytes is the request rounded up to a power-of-two
+//! step 2^(k-3); hence rounding a request up to a power-of-two alignment A
+//! before choosing the class always yields a block size that is a multiple
+//! of A. The allocator relies on this to serve aligned requests without
+//! extra work (see the alignment test below).
+const std = @import("std");
+const assert = std.debug.assert;
+
+pub const Class = u8;
+
+pub const word_bytes = 8;
+/// Largest size served by the word-granular classes.
+pub const word_class_max_bytes = 128;
+pub const word_class_count = word_class_max_bytes / word_bytes;
+/// Classes per power of two above `word_class_max_bytes`.
+pub const classes_per_doubling = 8;
+/// Largest block size; anything bigger is a huge allocation.
+pub const block_size_max_bytes = 1 << 20;
+
+const word_class_max_log2: usize = std.math.log2_int(usize, word_class_max_bytes);
+const block_size_max_log2: usize = std.math.log2_int(usize, block_size_max_bytes);
+
+pub const class_count = word_class_count + (block_size_max_log2 - word_class_max_log2) * classes_per_doubling;
+
+/// Block size of each class, in bytes.
+const block_size_table: [class_count]u32 = table: {
+    var table: [class_count]u32 = undefined;
+    for (0..word_class_count) |c| table[c] = (c + 1) * word_bytes;
+    for (word_class_max_log2..block_size_max_log2) |k| {
+        for (1..classes_per_doubling + 1) |j| {
+            const c = word_class_count + (k - word_class_max_log2) * classes_per_doubling + j - 1;
+            table[c] = (1 << k) + j * (1 << (k - 3));
+        }
+    }
+    break :table table;
+};
+
+comptime {
+    assert(class_count == 120);
+    assert(block_size_table[class_count - 1] == block_size_max_bytes);
+    assert(class_count <= std.math.maxInt(Class));
+}
+
+/// The smallest class whose blocks hold `size` bytes, 1 <= size <= 1 MiB.
+/// Constant time: one comparison, a count of leading zeros and shifts.
+pub inline fn ofSize(size: usize) Class {
+    assert(size >= 1 and size <= block_size_max_bytes);
+    if (size <= word_class_max_bytes) return @intCast((size - 1) / word_bytes);
+    // size - 1 lies in [2^k, 2^(k+1)); j picks the 2^(k-3)-wide step inside.
+    const k: usize = std.math.log2_int(usize, size - 1);
+    const j = ((size - 1) >> @intCast(k - 3)) & (classes_per_doubling - 1);
+    return @intCast(word_class_count + (k - word_class_max_log2) * classes_per_doubling + j);
+}
+
+pub inline fn blockSize(class: Class) usize {
+    return block_size_table[class];
+}
+
+test "every size maps to the smallest class that holds it" {
+    var size: usize = 1;
+    while (size <= block_size_max_bytes) : (size += if (size < 70_000) 1 else 61) {
+        const c = ofSize(size);
+        try std.testing.expect(blockSize(c) >= size);
+        if (c > 0) try std.testing.expect(blockSize(c - 1) < size);
+    }
+    try std.testing.expectEqual(@as(Class, class_count - 1), ofSize(block_size_max_bytes));
+}
+
+test "classes are word-exact up to 128 bytes, then waste at most 12.5%" {
+    for (0..class_count) |c| {
+        const b = blockSize(@intCast(c));
+        try std.testing.expect(b % word_bytes == 0);
+        if (c > 0) try std.testing.expect(b > blockSize(@intCast(c - 1)));
+        if (b <= word_class_max_bytes) {
+            try std.testing.expectEqual((c + 1) * word_bytes, b);
+        } else {
+            // Worst case: a request one byte above the previous class.
+            const smallest = blockSize(@intCast(c - 1)) + 1;
+            try std.testing.expect((b - smallest) * 8 < smallest);
+        }
+    }
+}
+
+test "rounding a request up to its alignment gives a block that is a multiple of it" {
+    var alignment: usize = 1;
+    while (alignment <= 4096) : (alignment *= 2) {
+        var len: usize = 1;
+        while (len <= block_size_max_bytes) : (len += if (len < 9000) 1 else 509) {
+            const size = std.mem.alignForward(usize, len, alignment);
+            if (size > block_size_max_bytes) break;
+            try std.testing.expect(blockSize(ofSize(size)) % alignment == 0);
+        }
+    }
+}

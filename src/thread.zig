@@ -1,0 +1,324 @@
+//! Thread ownership: which heap each thread uses, and what becomes of a heap
+//! whose thread is gone.
+//!
+//! Each thread reaches its heap through the thread-local `tls_heap`. Until
+//! its first allocation that is `Heap.empty`, whose fast paths always fall
+//! through to the slow path, which calls `initCurrent`.
+//!
+//! Heaps are never unmapped: they live in a registry of at most
+//! `heap_count_max` entries and are handed from dead threads to new ones.
+//! Each heap has an owner word (state, sequence number, thread id):
+//!
+//!   active(tid)  a live thread owns the heap and alone touches its state
+//!   orphaned     its thread ended and gave it up (pthread key destructor);
+//!                the heap holds live blocks that other threads may free
+//!   claimed      another thread is absorbing it (transient)
+//!   free         an empty shell, ready for a new thread
+//!
+//! Every change of owner is a compare-and-swap on the whole word; the
+//! sequence number makes a stale read fail the swap (no ABA).
+//!
+//! ## When is a heap's thread gone?
+//!
+//! With libc, a pthread key destructor runs in the ending thread: it returns
+//! unused memory and marks the heap orphaned. Without libc (or when a thread
+//! allocates again after its destructor ran), nothing tells us, so threads
+//! that need a heap or fresh memory look for dead owners:
+//!
+//! 1. A heap tagged active(T) in our process whose thread T is gone is safe
+//!    to take over: nobody runs on it any more. A thread is gone when
+//!    `tgkill(pid, T, 0)` fails with ESRCH. The kernel reaps a thread's id
+//!    only after the thread has stopped running, so the heap is quiescent.
+//! 2. Thread ids of live threads are unique. So when a thread with id T
+//!    registers and finds a heap tagged active(T) in its process, that
+//!    heap's thread is gone (the id was reused); take it without probing.
+//! 3. The id may be reused between a probe and the takeover; the CAS on the
+//!    owner word read before the probe then still succeeds. That is sound:
+//!    the probe proved the tagged thread dead, and the new thread with the
+//!    same id cannot be using this heap: it would have had to claim it
+//!    through this word, changing the sequence number.
+//!
+//! ## fork
+//!
+//! A child process has one thread (the forking one, now with tid == pid)
+//! and copies of every other thread's heap, which may have been caught in
+//! the middle of an update: the copy is not a consistent snapshot across
+//! pages. Heaps are recorded with the pid of their owner, and a heap
+//! recorded with another pid is never taken over by probing (rules 1 and 2
+//! compare pids first). Those copies stay mapped and unused: a leak bounded
+//! by the parent's footprint at fork, shared copy-on-write, and never a
+//! corruption. The forking thread keeps using its own heap; with libc an
+//! atfork handler re-tags it with the child's pid and tid so that it can be
+//! reclaimed like any other when that thread ends. No global lock exists
+//! that a parent thread could have held at fork time.
+const std = @import("std");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
+const os = @import("os.zig");
+const Heap = @import("heap.zig").Heap;
+const Segment = @import("segment.zig").Segment;
+
+threadlocal var tls_heap: *Heap = &Heap.empty;
+
+/// The calling thread's heap (`Heap.empty` before its first allocation).
+pub inline fn current() *Heap {
+    return tls_heap;
+}
+
+/// Most heaps that can exist at once: one per thread alive at the same time
+/// (dead threads' heaps are reused). Allocation fails beyond.
+pub const heap_count_max = 1 << 14;
+
+/// Active heaps probed for a dead owner each time a heap is about to map a
+/// fresh segment.
+const probe_batch_count = 8;
+
+const State = enum(u2) { free, active, orphaned, claimed };
+
+const Owner = packed struct(u64) {
+    state: State,
+    seq: u30,
+    tid: i32,
+
+    fn next(owner: Owner, state: State, tid: i32) Owner {
+        return .{ .state = state, .seq = owner.seq +% 1, .tid = tid };
+    }
+};
+
+var registry: [heap_count_max]std.atomic.Value(?*Heap) = @splat(.init(null));
+var registry_len: std.atomic.Value(u32) = .init(0);
+var probe_cursor: std.atomic.Value(u32) = .init(0);
+
+/// The heap of a single-threaded build.
+var single_heap: Heap = Heap.init_value;
+
+/// Number of heaps ever created (the registry's length).
+pub fn heapCount() usize {
+    if (builtin.single_threaded) return 1;
+    // Monotonic: a statistic.
+    return @min(registry_len.load(.monotonic), heap_count_max);
+}
+
+fn loadOwner(heap: *Heap) Owner {
+    // Acquire: a heap we may take over must be seen as its last owner left it.
+    return @bitCast(heap.owner.load(.acquire));
+}
+
+/// Gives the calling thread a heap. Null when out of memory.
+pub fn initCurrent() ?*Heap {
+    assert(tls_heap == &Heap.empty);
+    if (builtin.single_threaded) {
+        tls_heap = &single_heap;
+        return &single_heap;
+    }
+    const heap = claim() orelse return null;
+    tls_heap = heap;
+    if (builtin.link_libc) exit_hook.register(heap);
+    return heap;
+}
+
+/// A heap for a new thread: one an ended thread left, else a new one.
+fn claim() ?*Heap {
+    const pid = os.currentPid();
+    const tid = os.currentTid();
+    const len = heapCount();
+    var shell: ?*Heap = null;
+    // Heaps that hold memory and have no owner come first.
+    for (registry[0..len]) |*slot| {
+        // Acquire: the heap was initialized before it was published.
+        const heap = slot.load(.acquire) orelse continue;
+        const owner = loadOwner(heap);
+        switch (owner.state) {
+            .orphaned => if (take(heap, owner, pid, tid)) return heap,
+            // Rule 2: our id on an active heap of our process: its thread is gone.
+            .active => if (owner.tid == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid)) return heap,
+            .free => if (shell == null) {
+                shell = heap;
+            },
+            .claimed => {},
+        }
+    }
+    // Rule 1: heaps of threads that ended without telling us.
+    for (registry[0..len]) |*slot| {
+        const heap = slot.load(.acquire) orelse continue;
+        const owner = loadOwner(heap);
+        if (isDead(heap, owner, pid) and take(heap, owner, pid, tid)) return heap;
+    }
+    if (shell) |heap| {
+        const owner = loadOwner(heap);
+        if (owner.state == .free and take(heap, owner, pid, tid)) return heap;
+    }
+    return create(pid, tid);
+}
+
+/// Whether `heap` is active, belongs to this process and its thread is gone.
+fn isDead(heap: *Heap, owner: Owner, pid: os.Pid) bool {
+    if (owner.state != .active) return false;
+    // Monotonic: checked again by the CAS in `take`/`claimToAbsorb`.
+    if (heap.pid.load(.monotonic) != pid) return false;
+    return !os.threadIsAlive(pid, owner.tid);
+}
+
+/// Makes the calling thread the owner of `heap`, if its owner word is still
+/// `expected`.
+fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: i32) bool {
+    // Written before the CAS: every thread that may race here is in this
+    // process and writes the same value. Monotonic: readers re-check the
+    // owner word with a CAS before relying on it.
+    heap.pid.store(pid, .monotonic);
+    // Acquire on success: we see the heap as its previous owner left it.
+    return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) == null;
+}
+
+fn create(pid: os.Pid, tid: i32) ?*Heap {
+    const bytes = std.mem.alignForward(usize, @sizeOf(Heap), os.page_size_min_bytes);
+    const memory = os.map(bytes, os.page_size_min_bytes, 0) orelse return null;
+    const heap: *Heap = @ptrCast(@alignCast(memory));
+    heap.* = Heap.init_value;
+    heap.pid = .init(pid);
+    heap.owner = .init(@bitCast(Owner{ .state = .active, .seq = 0, .tid = tid }));
+    // Monotonic: the slot store below publishes the heap.
+    const index = registry_len.fetchAdd(1, .monotonic);
+    if (index >= heap_count_max) {
+        os.unmap(memory, bytes);
+        return null;
+    }
+    // Release: a thread that loads the slot sees the initialized heap.
+    registry[index].store(heap, .release);
+    return heap;
+}
+
+/// The calling thread is ending (or gives its heap up): return what its heap
+/// does not need and leave the rest to whoever takes the heap next.
+pub fn abandonCurrent() void {
+    if (builtin.single_threaded) return;
+    const heap = tls_heap;
+    if (heap == &Heap.empty) return;
+    tls_heap = &Heap.empty;
+    heap.releaseUnused();
+    const owner: Owner = @bitCast(heap.owner.load(.monotonic));
+    assert(owner.state == .active);
+    // A plain store suffices: while we are alive and active, no other thread
+    // changes the word (rules 1 and 2 need us gone).
+    // Release: the next owner's acquire sees the heap as we leave it.
+    heap.owner.store(@bitCast(owner.next(.orphaned, 0)), .release);
+}
+
+/// Claims an ownerless heap for absorption by the caller.
+fn claimToAbsorb(heap: *Heap, expected: Owner) bool {
+    // Acquire on success: as in `take`.
+    return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.claimed, 0)), .acquire, .monotonic) == null;
+}
+
+/// Moves all of `other` (claimed by us) into `heap` and frees the shell.
+fn absorbClaimed(heap: *Heap, other: *Heap) void {
+    heap.absorb(other);
+    const owner: Owner = @bitCast(other.owner.load(.monotonic));
+    assert(owner.state == .claimed);
+    // Release: the next thread to take the shell sees it emptied.
+    other.owner.store(@bitCast(owner.next(.free, 0)), .release);
+}
+
+/// Before mapping fresh memory: absorb one heap whose thread is gone, if any.
+/// Probes at most `probe_batch_count` active heaps. Returns whether it did.
+pub fn absorbAnyOrphan(heap: *Heap) bool {
+    comptime assert(!builtin.single_threaded);
+    const len = heapCount();
+    for (registry[0..len]) |*slot| {
+        const other = slot.load(.acquire) orelse continue;
+        if (other == heap) continue;
+        const owner = loadOwner(other);
+        if (owner.state == .orphaned and claimToAbsorb(other, owner)) {
+            absorbClaimed(heap, other);
+            return true;
+        }
+    }
+    if (len < 2) return false;
+    const pid = os.currentPid();
+    for (0..@min(len, probe_batch_count)) |_| {
+        // Monotonic: a round-robin cursor; any value will do.
+        const index = probe_cursor.fetchAdd(1, .monotonic) % len;
+        const other = registry[index].load(.acquire) orelse continue;
+        if (other == heap) continue;
+        const owner = loadOwner(other);
+        if (isDead(other, owner, pid) and claimToAbsorb(other, owner)) {
+            absorbClaimed(heap, other);
+            return true;
+        }
+    }
+    return false;
+}
+
+/// Called on a remote free: if the segment's owner heap was orphaned, the
+/// freeing thread absorbs it, so that memory whose thread ended goes back
+/// into use (and to the OS) instead of waiting for a new thread.
+pub fn absorbIfOrphaned(segment: *Segment) bool {
+    comptime assert(!builtin.single_threaded);
+    const heap = tls_heap;
+    if (heap == &Heap.empty) return false;
+    // Acquire: pairs with the SeqCst store in Heap.absorb; an older owner is
+    // harmless (absorbing any orphan is fine; the caller re-checks).
+    const other = segment.owner.load(.acquire) orelse return false;
+    if (other == heap) return false;
+    const owner = loadOwner(other);
+    if (owner.state != .orphaned or !claimToAbsorb(other, owner)) return false;
+    absorbClaimed(heap, other);
+    return true;
+}
+
+/// With libc: a pthread key whose destructor abandons the heap of an
+/// ending thread, and an atfork handler for the child's heap.
+const exit_hook = if (builtin.link_libc) struct {
+    const c = std.c;
+
+    var key: c.pthread_key_t = undefined;
+    /// 0: not set up, 1: being set up, 2: ready, 3: unavailable.
+    var key_state: std.atomic.Value(u8) = .init(0);
+
+    fn register(heap: *Heap) void {
+        if (!ensureKey()) return;
+        // glibc keeps the first 32 keys in the thread descriptor, so this
+        // does not allocate for our key; if it failed, probing still works.
+        _ = c.pthread_setspecific(key, heap);
+    }
+
+    fn ensureKey() bool {
+        // Acquire: pairs with the release below, so `key` is initialized.
+        switch (key_state.load(.acquire)) {
+            2 => return true,
+            3 => return false,
+            else => {},
+        }
+        // Acquire/monotonic: whoever wins sets the key up; the rest wait.
+        if (key_state.cmpxchgStrong(0, 1, .acquire, .monotonic) == null) {
+            const ok = c.pthread_key_create(&key, onThreadExit) == .SUCCESS;
+            if (ok) _ = c.pthread_atfork(null, null, onForkChild);
+            // Release: publishes `key`.
+            key_state.store(if (ok) 2 else 3, .release);
+            return ok;
+        }
+        var spins: usize = 0;
+        // Acquire: as above. Bounded by the winner's two calls.
+        while (key_state.load(.acquire) == 1) : (spins += 1) {
+            if (spins > 1000) os.yieldThread();
+            std.atomic.spinLoopHint();
+        }
+        return key_state.load(.acquire) == 2;
+    }
+
+    fn onThreadExit(value: ?*anyopaque) callconv(.c) void {
+        const heap: *Heap = @ptrCast(@alignCast(value orelse return));
+        // The thread may have given this heap up and taken another since.
+        if (heap == tls_heap) abandonCurrent();
+    }
+
+    fn onForkChild() callconv(.c) void {
+        const heap = tls_heap;
+        if (heap == &Heap.empty) return;
+        // Only this thread exists in the child: plain re-tagging is safe.
+        heap.pid.store(os.currentPid(), .monotonic);
+        const owner: Owner = @bitCast(heap.owner.load(.monotonic));
+        // Release: as in `abandonCurrent`.
+        heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
+    }
+} else struct {};
