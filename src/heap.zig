@@ -8,10 +8,17 @@
 //!
 //! A heap keeps, per size class, a queue of pages that may have free blocks;
 //! the first page of a queue is the one allocation pops from. Pages found
-//! exhausted move to the `full` queue, so the search never revisits them; a
-//! free brings them back (directly when local, through a notice when remote).
+//! exhausted move to the `full` queue, so the search never revisits them.
 //! For small sizes `pages_direct` maps the request size in words straight to
 //! the first page of its queue, so the fast path needs no class computation.
+//!
+//! Remote frees reach the owner through notices: the first remote free into
+//! a page with an empty thread-free list sets the page's bit in its
+//! segment's `page_notice` and the segment's group bit in the owner's
+//! `notice_groups`. On its slow path the owner visits exactly the flagged
+//! pages: it collects them, brings full ones back, and frees empty ones. So
+//! memory freed by other threads is reused or returned wherever the page
+//! sits, without scanning.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
@@ -33,9 +40,19 @@ pub const direct_size_max_bytes = 1024;
 const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
 
 /// Memory of free pages a heap keeps resident (for quick reuse) before it
-/// returns the excess to the OS. When exceeded, the heap purges down to a
-/// quarter of it.
+/// returns the excess to the OS, down to `purge_keep_bytes`.
 pub const purge_threshold_bytes = 4 * 1024 * 1024;
+pub const purge_keep_bytes = purge_threshold_bytes / 4;
+
+/// Empty segments a heap keeps mapped at most.
+pub const spare_count_max = 4;
+
+/// Segments are spread over this many lists per heap by address bits.
+const segment_group_count = 64;
+
+fn segmentGroup(segment: *const Segment) u6 {
+    return @truncate(@intFromPtr(segment) / segment_mod.segment_size_bytes);
+}
 
 /// The page `pages_direct` points at when a size has no page: never has free
 /// blocks, so the fast path falls through to the slow path.
@@ -47,14 +64,17 @@ pub const Heap = struct {
     queues: [size_class.class_count]PageQueue,
     /// Pages found without free blocks (flag `in_full` set).
     full: PageQueue,
-    /// Every small, medium and large segment this heap owns.
-    segments: SegmentList("all"),
+    /// Every small, medium and large segment this heap owns, by group (see
+    /// `segmentGroup`), so that notices need only scan one group.
+    segments: [segment_group_count]SegmentList("all"),
+    segment_count: usize,
     /// Small and medium segments with at least one free page.
     with_free: [2]SegmentList("with_free"),
-    /// One empty segment kept mapped, so a heap that frees its last page and
-    /// allocates again does not unmap and map.
-    spare: ?*Segment,
-    /// Touched bytes of free pages (and of the spare) that may be resident.
+    /// Empty segments kept mapped (their memory purged past the dirty
+    /// budget), so a heap that frees pages and allocates again, or passes
+    /// from an ended thread to a new one, does not unmap and map.
+    spares: SegmentList("all"),
+    /// Touched bytes of free pages (and of the spares) that may be resident.
     dirty_bytes: usize,
 
     // ---- Read and written by other threads (thread.zig). ----
@@ -62,21 +82,21 @@ pub const Heap = struct {
     owner: std.atomic.Value(u64) align(std.atomic.cache_line),
     /// Process the owner word refers to (detects fork children).
     pid: std.atomic.Value(os.Pid),
-    /// Set by a remote free that cleared a page's full flag; tells the owner
-    /// to look at its segments' `page_notice` bits.
-    notice: std.atomic.Value(bool),
+    /// Bit g: some segment of group g has `page_notice` bits set.
+    notice_groups: std.atomic.Value(u64),
 
     pub const init_value: Heap = .{
         .pages_direct = @splat(&page_empty),
         .queues = @splat(.{}),
         .full = .{},
-        .segments = .{},
+        .segments = @splat(.{}),
+        .segment_count = 0,
         .with_free = @splat(.{}),
-        .spare = null,
+        .spares = .{},
         .dirty_bytes = 0,
         .owner = .init(0),
         .pid = .init(0),
-        .notice = .init(false),
+        .notice_groups = .init(0),
     };
 
     /// The heap of threads that have not allocated yet. It owns nothing, so
@@ -120,7 +140,7 @@ pub const Heap = struct {
                 page.used -= 1;
                 if (page.used == 0) {
                     @branchHint(.unlikely);
-                    heap.retirePage(page);
+                    _ = heap.retirePage(page);
                 }
                 return;
             }
@@ -200,12 +220,8 @@ pub const Heap = struct {
                 page.extend();
                 return page;
             }
-            if (!page.tryMarkFull()) {
-                // Remote frees arrived since `collect`.
-                page.collect();
-                assert(page.free != null);
-                return page;
-            }
+            // A remote free that lands after `collect` finds the thread-free
+            // list empty and announces the page, which brings it back.
             heap.queueRemove(page);
             heap.full.pushBack(page);
             page.setFlags(.{ .in_full = true, .has_aligned = page.flags.has_aligned });
@@ -231,7 +247,7 @@ pub const Heap = struct {
         const block = if (page.flags.has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
         page.push(block);
         if (page.flags.in_full) heap.unfull(page);
-        if (page.used == 0) heap.retirePage(page);
+        if (page.used == 0) _ = heap.retirePage(page);
     }
 
     /// A free by a thread that does not own the block's page.
@@ -245,14 +261,11 @@ pub const Heap = struct {
             if (segment.ownerRelaxed() == heap) return heap.freeLocalFlagged(page, ptr);
         }
         const block = if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
-        // After the push the owner may free the page and unmap the segment:
-        // nothing below may touch either, so the owner is notified first.
         page.pushThreadFree(block, segment, notifyOwner);
     }
 
-    /// Tells the owner of `segment` that a remote free is about to land in
-    /// `page`, which sits in the owner's full queue. Called before the push,
-    /// while the block keeps the page alive.
+    /// Announces to the owner of `segment` that `page` has remote frees.
+    /// Runs under the page's notifying bit, so the segment stays mapped.
     fn notifyOwner(segment: *Segment, page: *Page) void {
         // SeqCst, with the SeqCst store of `owner` and load of `page_notice`
         // in `absorb`: of the two threads, at least one sees the other's
@@ -260,102 +273,140 @@ pub const Heap = struct {
         _ = segment.page_notice.fetchOr(@as(u64, 1) << @intCast(page.index), .seq_cst);
         // SeqCst: the other half of the pattern above.
         const owner = segment.owner.load(.seq_cst) orelse return;
-        // Release: whoever acquires the flag sees the page_notice bit.
-        owner.notice.store(true, .release);
+        const bit = @as(u64, 1) << segmentGroup(segment);
+        // SeqCst: if the bit looks set, the owner's SeqCst swap of the
+        // groups comes later and its scan then sees our page bit.
+        if (owner.notice_groups.load(.seq_cst) & bit == 0) {
+            // SeqCst: as above.
+            _ = owner.notice_groups.fetchOr(bit, .seq_cst);
+        }
     }
 
-    /// Brings back pages whose full flag remote frees cleared.
+    /// Visits the pages that remote frees announced.
     fn processNotices(heap: *Heap) void {
         if (builtin.single_threaded) return;
         // Monotonic: a cheap look; the swap below does the ordering.
-        if (!heap.notice.load(.monotonic)) return;
-        // Acquire: pairs with the release in notifyOwner.
-        _ = heap.notice.swap(false, .acquire);
-        var steps = heap.segments.count;
-        var it = heap.segments.first;
-        while (it) |segment| : (it = segment.all.next) {
-            assert(steps > 0);
-            steps -= 1;
-            // Monotonic: a cheap look; the swap below does the ordering.
-            if (segment.page_notice.load(.monotonic) == 0) continue;
-            // Acquire: pairs with the SeqCst fetchOr in notifyOwner.
-            var mask = segment.page_notice.swap(0, .acquire);
-            while (mask != 0) : (mask &= mask - 1) {
-                const page = &segment.pages[@ctz(mask)];
-                // Stale notices (page since reused or unfull) are ignored.
-                if (page.flags.in_full) heap.unfull(page);
+        if (heap.notice_groups.load(.monotonic) == 0) return;
+        // SeqCst: see notifyOwner.
+        var groups = heap.notice_groups.swap(0, .seq_cst);
+        while (groups != 0) : (groups &= groups - 1) {
+            const list = &heap.segments[@ctz(groups)];
+            var steps = list.count;
+            var it = list.first;
+            while (it) |segment| {
+                assert(steps > 0);
+                steps -= 1;
+                // The segment may be released below: step first.
+                it = segment.all.next;
+                // Monotonic: a cheap look; the swap below does the ordering.
+                if (segment.page_notice.load(.monotonic) == 0) continue;
+                // SeqCst: see notifyOwner.
+                var pages = segment.page_notice.swap(0, .seq_cst);
+                while (pages != 0) : (pages &= pages - 1) {
+                    // A released segment had no page in use: the remaining
+                    // bits are stale, and the memory may be gone.
+                    if (heap.handleNotice(segment, &segment.pages[@ctz(pages)]) == .segment_released) break;
+                }
             }
         }
     }
+
+    fn handleNotice(heap: *Heap, segment: *Segment, page: *Page) Released {
+        // A notice may outlive the page's use (freed or reused since).
+        if (segment.free_mask & (@as(u64, 1) << @intCast(page.index)) != 0) return .nothing;
+        page.collect();
+        if (page.flags.in_full and page.free != null) heap.unfull(page);
+        return if (page.used == 0) heap.retirePage(page) else .nothing;
+    }
+
+    /// What giving back a page released.
+    const Released = enum { nothing, page, segment_released };
 
     /// Moves a page from the full queue back to its class queue.
     fn unfull(heap: *Heap, page: *Page) void {
         assert(page.flags.in_full);
         heap.full.remove(page);
         page.setFlags(.{ .in_full = false, .has_aligned = page.flags.has_aligned });
-        page.clearFull();
         heap.queuePushBack(page);
     }
 
     /// A page's last block came back.
-    fn retirePage(heap: *Heap, page: *Page) void {
+    fn retirePage(heap: *Heap, page: *Page) Released {
         assert(page.used == 0 and !page.flags.in_full);
         // Keep a size's only page, so a loop that allocates and frees one
         // block does not give the page back each time. Large pages are big
-        // enough to return; the spare segment absorbs that churn.
-        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) return;
-        heap.freePage(page);
+        // enough to return; the spare segments absorb that churn.
+        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) return .nothing;
+        return heap.freePage(page);
     }
 
-    /// Returns an empty page to its segment (and the segment, if empty).
-    fn freePage(heap: *Heap, page: *Page) void {
+    /// Takes an empty page out of its queue and returns it to its segment.
+    fn freePage(heap: *Heap, page: *Page) Released {
         assert(page.used == 0);
-        assert(!page.hasThreadFrees());
-        if (page.flags.in_full) {
-            heap.full.remove(page);
-            page.clearFull();
-        } else {
-            heap.queueRemove(page);
-        }
         const segment = Segment.ofPtr(page);
+        if (page.isNotifying()) {
+            // A remote free is still announcing the page and writes to the
+            // segment header: keep both, and look again on the next round.
+            heap.rearmNotice(segment, page);
+            return .nothing;
+        }
+        if (page.flags.in_full) heap.full.remove(page) else heap.queueRemove(page);
+        return heap.releasePage(segment, page);
+    }
+
+    /// Sets a notice for one of our own pages.
+    fn rearmNotice(heap: *Heap, segment: *Segment, page: *Page) void {
+        // Monotonic: we are the owner, and processNotices reads both.
+        _ = segment.page_notice.fetchOr(@as(u64, 1) << @intCast(page.index), .monotonic);
+        _ = heap.notice_groups.fetchOr(@as(u64, 1) << segmentGroup(segment), .monotonic);
+    }
+
+    /// Returns an empty page, already out of every queue, to its segment
+    /// (and the segment, if now empty).
+    fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
+        assert(page.used == 0 and !page.hasThreadFrees());
         const had_free = segment.hasFreePage();
         heap.dirty_bytes += page.touchedBytes();
         segment.releasePage(page);
+        var released: Released = .page;
         if (segment.isEmpty()) {
             heap.releaseSegment(segment);
+            released = .segment_released;
         } else if (!had_free and segment.kind != .large) {
-            heap.with_free[@intFromEnum(segment.kind)].push(segment);
+            heap.with_free[@backingInt(segment.kind)].push(segment);
             segment.in_with_free = true;
         }
-        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_threshold_bytes / 4);
+        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_keep_bytes);
+        return released;
     }
 
     // ==== Segments ======================================================
 
     fn addSegment(heap: *Heap, segment: *Segment) void {
         assert(segment.ownerRelaxed() == heap);
-        heap.segments.push(segment);
+        heap.segments[segmentGroup(segment)].push(segment);
+        heap.segment_count += 1;
         if (segment.kind != .large and segment.hasFreePage()) {
-            heap.with_free[@intFromEnum(segment.kind)].push(segment);
+            heap.with_free[@backingInt(segment.kind)].push(segment);
             segment.in_with_free = true;
         }
     }
 
     fn removeSegment(heap: *Heap, segment: *Segment) void {
-        heap.segments.remove(segment);
+        heap.segments[segmentGroup(segment)].remove(segment);
+        heap.segment_count -= 1;
         if (segment.in_with_free) {
-            heap.with_free[@intFromEnum(segment.kind)].remove(segment);
+            heap.with_free[@backingInt(segment.kind)].remove(segment);
             segment.in_with_free = false;
         }
     }
 
-    /// A free page of `kind` from the heap's segments or its spare.
+    /// A free page of `kind` from the heap's segments or its spares.
     fn takeFreePage(heap: *Heap, kind: Kind) ?*Page {
         if (kind != .large) {
-            if (heap.with_free[@intFromEnum(kind)].first) |segment| return heap.takePageFrom(segment);
+            if (heap.with_free[@backingInt(kind)].first) |segment| return heap.takePageFrom(segment);
         }
-        const spare = heap.spare orelse return null;
-        heap.spare = null;
+        const spare = heap.spares.pop() orelse return null;
         heap.dirty_bytes -= spare.dirtyBytes();
         spare.setLayout(kind);
         heap.addSegment(spare);
@@ -366,18 +417,22 @@ pub const Heap = struct {
         const page, const was_dirty = segment.takePage();
         if (was_dirty) heap.dirty_bytes -= page.touchedBytes();
         if (segment.in_with_free and !segment.hasFreePage()) {
-            heap.with_free[@intFromEnum(segment.kind)].remove(segment);
+            heap.with_free[@backingInt(segment.kind)].remove(segment);
             segment.in_with_free = false;
         }
         return page;
     }
 
-    /// An empty segment: keep it as the spare, or unmap it.
+    /// An empty segment: keep it as a spare, or unmap it.
     fn releaseSegment(heap: *Heap, segment: *Segment) void {
         assert(segment.isEmpty());
         heap.removeSegment(segment);
-        if (heap.spare == null) {
-            heap.spare = segment;
+        heap.keepSpare(segment);
+    }
+
+    fn keepSpare(heap: *Heap, segment: *Segment) void {
+        if (heap.spares.count < spare_count_max) {
+            heap.spares.push(segment);
             return;
         }
         heap.dirty_bytes -= segment.dirtyBytes();
@@ -387,18 +442,21 @@ pub const Heap = struct {
     /// Returns resident memory of free pages to the OS until at most
     /// `keep_bytes` remain.
     pub fn purge(heap: *Heap, keep_bytes: usize) void {
-        if (heap.spare) |spare| {
-            heap.dirty_bytes -= spare.dirtyBytes();
-            spare.destroy();
-            heap.spare = null;
-        }
-        var steps = heap.segments.count;
-        var it = heap.segments.first;
-        while (it) |segment| : (it = segment.all.next) {
+        // Spares first: nothing in them is about to be reused.
+        var spare_it = heap.spares.first;
+        while (spare_it) |spare| : (spare_it = spare.all.next) {
             if (heap.dirty_bytes <= keep_bytes) return;
-            assert(steps > 0);
-            steps -= 1;
-            heap.dirty_bytes -= segment.purgeDirty();
+            heap.dirty_bytes -= spare.purgeDirty();
+        }
+        for (&heap.segments) |*list| {
+            var steps = list.count;
+            var it = list.first;
+            while (it) |segment| : (it = segment.all.next) {
+                if (heap.dirty_bytes <= keep_bytes) return;
+                assert(steps > 0);
+                steps -= 1;
+                heap.dirty_bytes -= segment.purgeDirty();
+            }
         }
     }
 
@@ -438,75 +496,85 @@ pub const Heap = struct {
 
     // ==== Thread end and adoption =======================================
 
-    /// Gives back everything the heap does not need to keep its live blocks:
-    /// collects remote frees, frees empty pages, returns free memory to the
-    /// OS. Called when the owning thread ends.
+    /// Gives back what the heap does not need to keep its live blocks:
+    /// collects remote frees, frees empty pages, and returns free memory to
+    /// the OS down to `purge_keep_bytes`. Called when the owning thread ends;
+    /// the little kept resident saves the next thread that takes the heap
+    /// from faulting it all in again.
     pub fn releaseUnused(heap: *Heap) void {
         heap.processNotices();
-        for (&heap.queues) |*queue| {
-            var steps = queue.count;
-            var it = queue.first;
-            while (it) |page| {
-                assert(steps > 0);
-                steps -= 1;
-                it = page.next;
-                page.collect();
-                if (page.used == 0) heap.freePage(page);
-            }
-        }
-        var steps = heap.full.count;
-        var it = heap.full.first;
+        for (&heap.queues) |*queue| heap.collectQueue(queue);
+        heap.collectQueue(&heap.full);
+        heap.purge(purge_keep_bytes);
+    }
+
+    /// Collects every page of `queue`; frees the empty ones.
+    fn collectQueue(heap: *Heap, queue: *PageQueue) void {
+        var steps = queue.count;
+        var it = queue.first;
         while (it) |page| {
             assert(steps > 0);
             steps -= 1;
             it = page.next;
             page.collect();
-            if (page.used == 0) heap.freePage(page);
+            if (page.used == 0) _ = heap.freePage(page);
         }
-        heap.purge(0);
     }
 
     /// Takes over every page and segment of `other`, a heap whose thread is
     /// gone and which the caller has claimed (thread.zig): nobody else
-    /// touches `other`'s owner-only state.
+    /// touches `other`'s owner-only state. Pages are collected on the way
+    /// in; empty ones go back to their segments.
     pub fn absorb(heap: *Heap, other: *Heap) void {
         assert(heap != other);
-        var moved: SegmentList("all") = .{};
-        while (other.segments.first) |segment| {
-            other.removeSegment(segment);
-            // SeqCst: see notifyOwner; after this store, remote frees notify
-            // us, and notices sent to `other` before it are caught below.
-            segment.owner.store(heap, .seq_cst);
-            moved.push(segment);
-        }
-        while (moved.pop()) |segment| {
-            heap.addSegment(segment);
-            // SeqCst: the load half of the pattern in notifyOwner.
-            if (segment.page_notice.load(.seq_cst) != 0) {
-                // Monotonic: we are the owner; processNotices acquires.
-                heap.notice.store(true, .monotonic);
+        for (&other.segments) |*list| {
+            while (list.first) |segment| {
+                other.removeSegment(segment);
+                // SeqCst: see notifyOwner; after this store, remote frees
+                // notify us, and notices sent to `other` before it are
+                // caught by the load below.
+                segment.owner.store(heap, .seq_cst);
+                heap.addSegment(segment);
+                // SeqCst: the load half of the pattern in notifyOwner.
+                if (segment.page_notice.load(.seq_cst) != 0) {
+                    // Monotonic: we are the owner; processNotices reads it.
+                    _ = heap.notice_groups.fetchOr(@as(u64, 1) << segmentGroup(segment), .monotonic);
+                }
             }
         }
-        for (&heap.queues, &other.queues, 0..) |*mine, *theirs, class| {
-            const was_empty = mine.first == null;
-            mine.appendAll(theirs);
-            if (was_empty) heap.updateDirect(@intCast(class));
-        }
-        heap.full.appendAll(&other.full);
+        assert(other.segment_count == 0);
+        for (&other.queues) |*queue| heap.adoptPages(queue);
+        heap.adoptPages(&other.full);
         heap.dirty_bytes += other.dirty_bytes;
         other.dirty_bytes = 0;
-        if (other.spare) |spare| {
-            other.spare = null;
-            if (heap.spare == null) {
-                spare.owner.store(heap, .monotonic);
-                heap.spare = spare;
-            } else {
-                heap.dirty_bytes -= spare.dirtyBytes();
-                spare.destroy();
-            }
+        while (other.spares.pop()) |spare| {
+            // Monotonic: an empty segment; nobody frees into it.
+            spare.owner.store(heap, .monotonic);
+            heap.keepSpare(spare);
         }
         other.pages_direct = @splat(&page_empty);
-        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_threshold_bytes / 4);
+        other.with_free = @splat(.{});
+        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_keep_bytes);
+    }
+
+    /// Moves the pages of another heap's queue into ours.
+    fn adoptPages(heap: *Heap, queue: *PageQueue) void {
+        var steps = queue.count;
+        while (queue.first) |page| {
+            assert(steps > 0);
+            steps -= 1;
+            queue.remove(page);
+            page.collect();
+            const full = page.free == null and page.capacity == page.reserved;
+            page.setFlags(.{ .in_full = full, .has_aligned = page.flags.has_aligned });
+            if (page.used == 0 and !page.isNotifying()) {
+                _ = heap.releasePage(Segment.ofPtr(page), page);
+            } else if (full) {
+                heap.full.pushBack(page);
+            } else {
+                heap.queuePushBack(page);
+            }
+        }
     }
 
     // ==== Resizing ======================================================
@@ -556,17 +624,24 @@ pub const Heap = struct {
     /// Verifies the heap's bookkeeping (tests and debugging). Owner only.
     pub fn checkInvariants(heap: *Heap) void {
         var dirty: usize = 0;
-        var steps = heap.segments.count;
-        var it = heap.segments.first;
-        while (it) |segment| : (it = segment.all.next) {
-            assert(steps > 0);
-            steps -= 1;
-            assert(segment.ownerRelaxed() == heap);
-            assert(!segment.isEmpty() or segment.kind == .large);
-            assert(segment.in_with_free == (segment.kind != .large and segment.hasFreePage()));
-            dirty += segment.dirtyBytes();
+        var segments: usize = 0;
+        for (&heap.segments, 0..) |*list, group| {
+            var it = list.first;
+            while (it) |segment| : (it = segment.all.next) {
+                segments += 1;
+                assert(segments <= heap.segment_count);
+                assert(segmentGroup(segment) == group);
+                assert(segment.ownerRelaxed() == heap);
+                assert(segment.in_with_free == (segment.kind != .large and segment.hasFreePage()));
+                dirty += segment.dirtyBytes();
+            }
         }
-        if (heap.spare) |spare| dirty += spare.dirtyBytes();
+        assert(segments == heap.segment_count);
+        var spare_it = heap.spares.first;
+        while (spare_it) |spare| : (spare_it = spare.all.next) {
+            assert(spare.isEmpty());
+            dirty += spare.dirtyBytes();
+        }
         assert(dirty == heap.dirty_bytes);
         for (&heap.queues, 0..) |*queue, class| {
             var count: u32 = 0;

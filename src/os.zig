@@ -88,6 +88,18 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?[*]align(page_size_min_
     assert(std.math.isPowerOfTwo(alignment));
     assert(offset % page == 0);
     const len_aligned = pageAlignForward(len) orelse return null;
+    if (alignment > page) {
+        // The kernel tends to place a mapping right below the previous one,
+        // so after the first aligned segment a plain mmap is often aligned
+        // already: one system call instead of three.
+        const rc = linux.mmap(null, len_aligned, .{ .READ = true, .WRITE = true }, .{ .TYPE = .PRIVATE, .ANONYMOUS = true, .NORESERVE = true }, -1, 0);
+        if (linux.errno(rc) != .SUCCESS) return null;
+        if ((rc + offset) % alignment == 0) {
+            accountMapped(@intCast(len_aligned));
+            return @ptrFromInt(rc);
+        }
+        unmapRaw(rc, len_aligned);
+    }
     // Over-map by the alignment so that an aligned start exists inside, then
     // trim both ends. Alignments up to the page size need no trimming.
     const slack = if (alignment > page) alignment else 0;
@@ -190,7 +202,7 @@ pub fn yieldThread() void {
 /// permission and existence checks of tgkill without sending anything; ESRCH
 /// means no such thread in that thread group.
 pub fn threadIsAlive(pid: Pid, tid: Pid) bool {
-    const rc = linux.tgkill(pid, tid, @enumFromInt(0));
+    const rc = linux.tgkill(pid, tid, @fromBackingInt(@intCast(0)));
     return linux.errno(rc) != .SRCH;
 }
 

@@ -10,11 +10,14 @@
 //! - `thread_free`: an atomic stack that other threads push their frees onto.
 //!   The owner takes the whole stack at once (`collect`).
 //!
-//! Only the owning thread touches anything but `thread_free`, whose low bit is
-//! the `full` flag: set by the owner when it parks the page in its full queue,
-//! cleared by the first remote free that follows, which then tells the owner
-//! (see Heap.notifyOwner). That is how a full page that gets blocks back from
-//! other threads finds its way back into use without the owner scanning.
+//! Only the owning thread touches anything but `thread_free`. A remote free
+//! that finds `thread_free` empty announces the page to its owner (see
+//! Heap.notifyOwner), so the owner learns of every page that gets blocks
+//! back from other threads, whether it sits first in a queue, deep in one,
+//! or in the full queue, and can reuse or free it. Bit 0 of `thread_free`
+//! (`notifying`) is set while such an announcement is in flight: the owner
+//! then keeps the page (and so its segment) mapped, because the announcing
+//! thread still writes to the segment header.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
@@ -32,9 +35,9 @@ pub const block_size_min_bytes = @sizeOf(Block);
 /// least one block), so a fresh page is touched one kernel page at a time.
 pub const extend_bytes_max = 4 * 1024;
 
-/// Bit 0 of `thread_free`: the page sits in its owner's full queue and the
-/// next remote free must notify the owner.
-const full_bit: usize = 1;
+/// Bit 0 of `thread_free`: a remote free is announcing the page to its
+/// owner; the page must not be freed until the bit clears.
+const notifying_bit: usize = 1;
 
 pub const Flags = packed struct(u8) {
     /// In the owning heap's full queue (no free blocks when it was parked).
@@ -170,38 +173,40 @@ pub const Page = struct {
 
     // ---- Cross-thread frees -------------------------------------------
 
-    /// Called by a thread that does not own the page. When the push finds
-    /// the full flag set, `notify(context, page)` runs first, while the
-    /// unpushed block still keeps the page (and its segment) alive: after
-    /// the push the owner may free both.
+    /// Called by a thread that does not own the page. When the list was
+    /// empty, this free announces the page: `notify(context, page)` runs
+    /// after the push, under the `notifying` bit, which keeps the owner from
+    /// freeing the page until the announcement is done.
     pub fn pushThreadFree(page: *Page, block: *Block, context: anytype, comptime notify: fn (@TypeOf(context), *Page) void) void {
         comptime assert(!builtin.single_threaded);
         // Monotonic: the value only seeds the CAS loop below.
         var old = page.thread_free.load(.monotonic);
         while (true) {
-            // The owner may set the flag again after handling a notice, so
-            // every attempt that sees it notifies.
-            if (old & full_bit != 0) notify(context, page);
-            block.next = @ptrFromInt(old & ~full_bit);
+            // Empty and nobody announcing: this free announces.
+            const announce = old == 0;
+            block.next = @ptrFromInt(old & ~notifying_bit);
+            const new = @intFromPtr(block) | (if (announce) notifying_bit else old & notifying_bit);
             // Release on success: the owner's acquire in `collect` must see
             // `block.next` and everything the program wrote to the block.
-            // The new value drops full_bit.
-            old = page.thread_free.cmpxchgWeak(old, @intFromPtr(block), .release, .monotonic) orelse return;
+            old = page.thread_free.cmpxchgWeak(old, new, .release, .monotonic) orelse break;
         }
+        if (old != 0) return;
+        notify(context, page);
+        // Release: the announcement's writes happen before the owner, which
+        // acquires this word, may free the page. Keeps the list intact.
+        _ = page.thread_free.fetchAnd(~notifying_bit, .release);
     }
 
     /// Moves blocks freed by other threads onto `free`. Owner only.
     pub fn collect(page: *Page) void {
         if (builtin.single_threaded) return;
-        // Monotonic: a cheap look first; the swap below does the ordering.
-        const peek = page.thread_free.load(.monotonic);
-        if (peek & ~full_bit == 0) return;
-        // A non-empty stack has full_bit clear (every push clears it) and
-        // only the owner sets it, so swapping in 0 loses no flag.
-        assert(peek & full_bit == 0);
+        // Monotonic: a cheap look first; the fetchAnd below does the ordering.
+        if (page.thread_free.load(.monotonic) & ~notifying_bit == 0) return;
         // Acquire: pairs with the release of each push, making the links and
-        // the blocks' contents visible before we walk them.
-        const taken = page.thread_free.swap(0, .acquire);
+        // the blocks' contents visible before we walk them. Takes the list
+        // and leaves the notifying bit to its owner.
+        const taken = page.thread_free.fetchAnd(notifying_bit, .acquire) & ~notifying_bit;
+        assert(taken != 0);
         const head: *Block = @ptrFromInt(taken);
         var tail = head;
         var count: u32 = 1;
@@ -215,27 +220,19 @@ pub const Page = struct {
         page.used -= count;
     }
 
-    /// Sets the full flag if no remote frees are pending. Owner only.
-    /// Returns false when frees arrived meanwhile (collect and use them).
-    pub fn tryMarkFull(page: *Page) bool {
-        if (builtin.single_threaded) return true;
-        // Monotonic: all pushes are ordered after this CAS on the same word,
-        // so each later push observes the flag; nothing else is published.
-        return page.thread_free.cmpxchgStrong(0, full_bit, .monotonic, .monotonic) == null;
-    }
-
-    /// Clears the full flag (the owner took the page out of its full queue).
-    pub fn clearFull(page: *Page) void {
-        if (builtin.single_threaded) return;
-        // Monotonic: a flag for remote freers; no data is published by it.
-        _ = page.thread_free.fetchAnd(~full_bit, .monotonic);
+    /// Whether an announcement is in flight; the page must stay mapped.
+    pub fn isNotifying(page: *const Page) bool {
+        if (builtin.single_threaded) return false;
+        // Acquire: pairs with the release that clears the bit, so the
+        // announcer is done with the segment before we may unmap it.
+        return page.thread_free.load(.acquire) & notifying_bit != 0;
     }
 
     /// Whether blocks from other threads are waiting (a hint).
     pub fn hasThreadFrees(page: *const Page) bool {
         if (builtin.single_threaded) return false;
         // Monotonic: a hint; `collect` orders the actual take.
-        return page.thread_free.load(.monotonic) & ~full_bit != 0;
+        return page.thread_free.load(.monotonic) & ~notifying_bit != 0;
     }
 };
 

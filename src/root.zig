@@ -93,10 +93,3 @@ test {
     _ = @import("segment.zig");
     _ = os;
 }
-
-test "std allocator conformance" {
-    try std.heap.testAllocator(allocator);
-    try std.heap.testAllocatorAligned(allocator);
-    try std.heap.testAllocatorLargeAlignment(allocator);
-    try std.heap.testAllocatorAlignedShrink(allocator);
-}

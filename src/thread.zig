@@ -191,7 +191,11 @@ fn create(pid: os.Pid, tid: i32) ?*Heap {
 /// The calling thread is ending (or gives its heap up): return what its heap
 /// does not need and leave the rest to whoever takes the heap next.
 pub fn abandonCurrent() void {
-    if (builtin.single_threaded) return;
+    if (builtin.single_threaded) {
+        // The only thread keeps its heap; it can still give memory back.
+        if (tls_heap != &Heap.empty) tls_heap.releaseUnused();
+        return;
+    }
     const heap = tls_heap;
     if (heap == &Heap.empty) return;
     tls_heap = &Heap.empty;
@@ -249,19 +253,37 @@ pub fn absorbAnyOrphan(heap: *Heap) bool {
     return false;
 }
 
-/// Called on a remote free: if the segment's owner heap was orphaned, the
-/// freeing thread absorbs it, so that memory whose thread ended goes back
-/// into use (and to the OS) instead of waiting for a new thread.
+/// Remote frees between two liveness probes of the block owner's thread.
+const remote_frees_per_probe = 256;
+threadlocal var remote_frees_until_probe: u32 = 0;
+
+/// Called on a remote free: if the segment's owner heap has no thread any
+/// more, the freeing thread absorbs it, so that memory whose thread ended
+/// goes back into use (and to the OS) instead of waiting for a new thread.
+/// Orphaned heaps are seen at once; heaps whose thread died without telling
+/// (no libc) are found by a probe every `remote_frees_per_probe` frees.
 pub fn absorbIfOrphaned(segment: *Segment) bool {
     comptime assert(!builtin.single_threaded);
     const heap = tls_heap;
     if (heap == &Heap.empty) return false;
     // Acquire: pairs with the SeqCst store in Heap.absorb; an older owner is
-    // harmless (absorbing any orphan is fine; the caller re-checks).
+    // harmless (absorbing any ownerless heap is fine; the caller re-checks).
     const other = segment.owner.load(.acquire) orelse return false;
     if (other == heap) return false;
     const owner = loadOwner(other);
-    if (owner.state != .orphaned or !claimToAbsorb(other, owner)) return false;
+    switch (owner.state) {
+        .orphaned => {},
+        .active => {
+            if (remote_frees_until_probe > 0) {
+                remote_frees_until_probe -= 1;
+                return false;
+            }
+            remote_frees_until_probe = remote_frees_per_probe;
+            if (!isDead(other, owner, os.currentPid())) return false;
+        },
+        .free, .claimed => return false,
+    }
+    if (!claimToAbsorb(other, owner)) return false;
     absorbClaimed(heap, other);
     return true;
 }

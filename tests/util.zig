@@ -1,0 +1,127 @@
+//! Helpers shared by the tests: a spin lock (std's blocking locks need an Io
+//! instance), block patterns, and random sizes and alignments.
+const std = @import("std");
+const builtin = @import("builtin");
+const Alignment = std.mem.Alignment;
+
+/// True in the quick (Debug) configurations, where loops run fewer times.
+pub const slow_build = builtin.mode == .debug;
+
+pub const SpinLock = struct {
+    inner: std.atomic.Mutex = .unlocked,
+
+    pub fn lock(l: *SpinLock) void {
+        var spins: usize = 0;
+        while (!l.inner.tryLock()) : (spins += 1) {
+            if (spins % 64 == 63) _ = std.os.linux.sched_yield() else std.atomic.spinLoopHint();
+        }
+    }
+
+    pub fn unlock(l: *SpinLock) void {
+        l.inner.unlock();
+    }
+};
+
+/// Byte `i` of the pattern of a block with `seed`.
+inline fn patternByte(seed: u64, i: usize) u8 {
+    return @truncate((seed +% i) *% 0x9E37_79B9_7F4A_7C15 >> 56);
+}
+
+/// Bytes of a block that carry the pattern: the first and last
+/// `edge_bytes` and one byte per stride between them (4 KiB, or 64 KiB in
+/// blocks above 1 MiB). Enough to catch overlapping blocks and lost
+/// contents, cheap enough for huge blocks.
+const edge_bytes = 256;
+const stride_bytes = 4096;
+const huge_stride_bytes = 64 * 1024;
+
+pub fn fill(block: []u8, seed: u64) void {
+    var it = PatternIterator{ .len = block.len };
+    while (it.next()) |i| block[i] = patternByte(seed, i);
+}
+
+/// Checks the pattern in the first `len` bytes (a prefix of the block as it
+/// was filled when it had `filled_len` bytes).
+pub fn check(block: []const u8, filled_len: usize, seed: u64) !void {
+    var it = PatternIterator{ .len = filled_len };
+    while (it.next()) |i| {
+        if (i >= block.len) continue;
+        if (block[i] != patternByte(seed, i)) {
+            std.debug.print("pattern mismatch at byte {d} of a {d}-byte block at {*}\n", .{ i, filled_len, block.ptr });
+            return error.TestPatternMismatch;
+        }
+    }
+}
+
+const PatternIterator = struct {
+    len: usize,
+    i: usize = 0,
+
+    fn next(it: *PatternIterator) ?usize {
+        if (it.i >= it.len) return null;
+        const i = it.i;
+        if (i + 1 < edge_bytes or i + 1 >= it.len -| edge_bytes) {
+            it.i += 1;
+        } else {
+            // Jump through the middle, then to the tail edge.
+            const stride: usize = if (it.len > 1 << 20) huge_stride_bytes else stride_bytes;
+            it.i = @min(i + stride, it.len -| edge_bytes);
+            if (it.i <= i) it.i = i + 1;
+        }
+        return i;
+    }
+};
+
+/// Resident set size of this process, from /proc/self/statm.
+pub fn residentBytes() usize {
+    const linux = std.os.linux;
+    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/statm", .{}, 0);
+    if (linux.errno(fd_rc) != .SUCCESS) @panic("cannot open /proc/self/statm");
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    var buf: [128]u8 = undefined;
+    const n = linux.read(fd, &buf, buf.len);
+    if (linux.errno(n) != .SUCCESS) @panic("cannot read /proc/self/statm");
+    var it = std.mem.tokenizeScalar(u8, buf[0..n], ' ');
+    _ = it.next();
+    const pages = std.fmt.parseInt(usize, it.next().?, 10) catch @panic("bad /proc/self/statm");
+    return pages * std.heap.pageSize();
+}
+
+pub const SizeMix = enum { small, medium, large, huge };
+
+/// A random request size, mostly small, reaching every class and huge sizes.
+pub fn randomSize(random: std.Random, huge_max_bytes: usize) usize {
+    const roll = random.uintLessThan(u32, 100);
+    return if (roll < 60)
+        random.intRangeAtMost(usize, 1, 1024)
+    else if (roll < 85)
+        random.intRangeAtMost(usize, 1025, 64 * 1024)
+    else if (roll < 96)
+        random.intRangeAtMost(usize, 64 * 1024 + 1, 1024 * 1024)
+    else
+        random.intRangeAtMost(usize, 1024 * 1024 + 1, huge_max_bytes);
+}
+
+/// A random alignment from 1 byte to 1 MiB, mostly natural ones.
+pub fn randomAlignment(random: std.Random) Alignment {
+    const roll = random.uintLessThan(u32, 100);
+    const log2: u8 = if (roll < 70)
+        random.uintAtMost(u8, 4)
+    else if (roll < 95)
+        random.uintAtMost(u8, 12)
+    else
+        random.intRangeAtMost(u8, 13, 20);
+    return @fromBackingInt(@intCast(log2));
+}
+
+test "pattern catches a changed byte" {
+    var buf: [20000]u8 = undefined;
+    fill(&buf, 42);
+    try check(&buf, buf.len, 42);
+    buf[buf.len - 1] +%= 1;
+    try std.testing.expectError(error.TestPatternMismatch, check(&buf, buf.len, 42));
+    buf[buf.len - 1] -%= 1;
+    buf[edge_bytes - 1 + stride_bytes] +%= 1;
+    try std.testing.expectError(error.TestPatternMismatch, check(&buf, buf.len, 42));
+}
