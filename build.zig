@@ -12,6 +12,58 @@ pub fn build(b: *std.Build) void {
     });
 
     addTests(b, target);
+    addBench(b, target);
+}
+
+/// The benchmark binaries, one per allocator (mimalloc and jemalloc replace
+/// malloc in any process that links them), always built ReleaseFast and
+/// installed in zig-out/bench/. bench/run.py drives them.
+fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
+    const with_mimalloc = b.option(bool, "mimalloc", "Build the mimalloc benchmark binary (needs libmimalloc-dev)") orelse false;
+    const with_jemalloc = b.option(bool, "jemalloc", "Build the jemalloc benchmark binary (needs libjemalloc-dev)") orelse false;
+    const bench_step = b.step("bench", "Build the benchmark binaries into zig-out/bench");
+    const entries = [_]struct {
+        name: []const u8,
+        allocator: []const u8,
+        single_threaded: bool = false,
+        link_libc: bool = false,
+        system_library: ?[]const u8 = null,
+        enabled: bool = true,
+    }{
+        .{ .name = "kennel", .allocator = "kennel" },
+        .{ .name = "smp", .allocator = "smp" },
+        .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
+        .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .system_library = "mimalloc", .enabled = with_mimalloc },
+        .{ .name = "jemalloc", .allocator = "jemalloc", .link_libc = true, .system_library = "jemalloc", .enabled = with_jemalloc },
+        .{ .name = "st-kennel", .allocator = "kennel", .single_threaded = true },
+        .{ .name = "st-glibc", .allocator = "glibc", .single_threaded = true, .link_libc = true },
+        .{ .name = "st-std-default", .allocator = "std-default", .single_threaded = true },
+    };
+    for (entries) |entry| {
+        if (!entry.enabled) continue;
+        const options = b.addOptions();
+        options.addOption([]const u8, "allocator", entry.allocator);
+        const kennel = b.createModule(.{
+            .root_source_file = b.path("src/root.zig"),
+            .target = target,
+            .optimize = .fast,
+            .single_threaded = entry.single_threaded,
+        });
+        const module = b.createModule(.{
+            .root_source_file = b.path("bench/main.zig"),
+            .target = target,
+            .optimize = .fast,
+            .single_threaded = entry.single_threaded,
+            .link_libc = entry.link_libc,
+            .imports = &.{
+                .{ .name = "kennel", .module = kennel },
+                .{ .name = "bench_options", .module = options.createModule() },
+            },
+        });
+        if (entry.system_library) |lib| module.linkSystemLibrary(lib, .{});
+        const exe = b.addExecutable(.{ .name = b.fmt("bench-{s}", .{entry.name}), .root_module = module });
+        bench_step.dependOn(&b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "bench" } } }).step);
+    }
 }
 
 /// Every configuration the tests run in. Release modes catch what

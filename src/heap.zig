@@ -39,10 +39,15 @@ const thread = @import("thread.zig");
 pub const direct_size_max_bytes = 1024;
 const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
 
-/// Memory of free pages a heap keeps resident (for quick reuse) before it
-/// returns the excess to the OS, down to `purge_keep_bytes`.
-pub const purge_threshold_bytes = 4 * 1024 * 1024;
-pub const purge_keep_bytes = purge_threshold_bytes / 4;
+/// Free memory (empty pages, spare segments, cached huge mappings) that a
+/// heap may keep resident indefinitely, for quick reuse.
+pub const purge_keep_bytes = 1024 * 1024;
+/// Free memory beyond `purge_keep_bytes` goes back to the OS this long after
+/// it was freed, unless it is reused first: a program that frees and
+/// allocates again within the delay pays no page faults for it.
+pub const purge_delay_ns = 10 * std.time.ns_per_ms;
+/// Free memory beyond this goes back at once, without waiting.
+pub const purge_cap_bytes = 32 * 1024 * 1024;
 
 /// Empty segments a heap keeps mapped at most.
 pub const spare_count_max = 4;
@@ -74,8 +79,14 @@ pub const Heap = struct {
     /// budget), so a heap that frees pages and allocates again, or passes
     /// from an ended thread to a new one, does not unmap and map.
     spares: SegmentList("all"),
-    /// Touched bytes of free pages (and of the spares) that may be resident.
+    /// Freed huge mappings kept for reuse.
+    huge_cache: huge.Cache,
+    /// Touched bytes of free pages, spares and cached huge mappings that may
+    /// be resident.
     dirty_bytes: usize,
+    /// When the free memory beyond `purge_keep_bytes` is due to go back to
+    /// the OS; 0 when nothing is scheduled.
+    purge_due_ns: u64,
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
@@ -93,7 +104,9 @@ pub const Heap = struct {
         .segment_count = 0,
         .with_free = @splat(.{}),
         .spares = .{},
+        .huge_cache = .{},
         .dirty_bytes = 0,
+        .purge_due_ns = 0,
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
@@ -155,9 +168,9 @@ pub const Heap = struct {
         const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
         const len_nonzero = @max(len, 1);
         if (alignment > segment_mod.block_align_max_bytes) return heap.allocOverAligned(len_nonzero, alignment);
-        if (len_nonzero > size_class.block_size_max_bytes) return huge.alloc(len_nonzero, alignment);
+        if (len_nonzero > size_class.block_size_max_bytes) return huge.alloc(heap, len_nonzero, alignment);
         const size = std.mem.alignForward(usize, len_nonzero, alignment);
-        if (size > size_class.block_size_max_bytes) return huge.alloc(len_nonzero, alignment);
+        if (size > size_class.block_size_max_bytes) return huge.alloc(heap, len_nonzero, alignment);
         return heap.allocClass(size_class.ofSize(size));
     }
 
@@ -172,6 +185,7 @@ pub const Heap = struct {
     /// extend, or take a new page.
     fn allocGeneric(heap: *Heap, class: size_class.Class) ?[*]u8 {
         heap.processNotices();
+        heap.purgeIfDue();
         const page = heap.findPage(class) orelse return null;
         return page.pop();
     }
@@ -182,7 +196,7 @@ pub const Heap = struct {
         // Blocks start at multiples of 8, so an aligned run of `len` bytes
         // starts within the first `alignment - 8` bytes of the block.
         const padded = std.math.add(usize, len, alignment - size_class.word_bytes) catch return null;
-        if (padded > size_class.block_size_max_bytes) return huge.alloc(len, alignment);
+        if (padded > size_class.block_size_max_bytes) return huge.alloc(heap, len, alignment);
         const block = heap.allocClass(size_class.ofSize(padded)) orelse return null;
         const page = Segment.ofPtr(block).pageOf(block);
         if (!page.flags.has_aligned) page.setFlags(.{ .in_full = page.flags.in_full, .has_aligned = true });
@@ -376,7 +390,7 @@ pub const Heap = struct {
             heap.with_free[@backingInt(segment.kind)].push(segment);
             segment.in_with_free = true;
         }
-        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_keep_bytes);
+        heap.dirtyGrew();
         return released;
     }
 
@@ -439,10 +453,30 @@ pub const Heap = struct {
         segment.destroy();
     }
 
-    /// Returns resident memory of free pages to the OS until at most
-    /// `keep_bytes` remain.
+    /// Free memory grew: give it back at once past the cap, else make sure
+    /// it goes back after the delay.
+    pub fn dirtyGrew(heap: *Heap) void {
+        if (heap.dirty_bytes > purge_cap_bytes) return heap.purge(purge_keep_bytes);
+        if (heap.dirty_bytes <= purge_keep_bytes) return;
+        if (heap.purge_due_ns == 0) {
+            heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
+        } else heap.purgeIfDue();
+    }
+
+    /// On slow paths: purge if the deadline has passed.
+    fn purgeIfDue(heap: *Heap) void {
+        if (heap.purge_due_ns == 0) return;
+        if (os.nowNanoseconds() < heap.purge_due_ns) return;
+        heap.purge(purge_keep_bytes);
+    }
+
+    /// Returns resident free memory to the OS until at most `keep_bytes`
+    /// remain.
     pub fn purge(heap: *Heap, keep_bytes: usize) void {
-        // Spares first: nothing in them is about to be reused.
+        heap.purge_due_ns = 0;
+        // Cached huge mappings first, then spares: nothing in them is about
+        // to be reused; then free pages of segments in use.
+        heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes);
         var spare_it = heap.spares.first;
         while (spare_it) |spare| : (spare_it = spare.all.next) {
             if (heap.dirty_bytes <= keep_bytes) return;
@@ -547,6 +581,7 @@ pub const Heap = struct {
         heap.adoptPages(&other.full);
         heap.dirty_bytes += other.dirty_bytes;
         other.dirty_bytes = 0;
+        heap.dirty_bytes -= heap.huge_cache.takeAll(&other.huge_cache);
         while (other.spares.pop()) |spare| {
             // Monotonic: an empty segment; nobody frees into it.
             spare.owner.store(heap, .monotonic);
@@ -554,7 +589,8 @@ pub const Heap = struct {
         }
         other.pages_direct = @splat(&page_empty);
         other.with_free = @splat(.{});
-        if (heap.dirty_bytes > purge_threshold_bytes) heap.purge(purge_keep_bytes);
+        other.purge_due_ns = 0;
+        heap.dirtyGrew();
     }
 
     /// Moves the pages of another heap's queue into ours.
@@ -642,6 +678,7 @@ pub const Heap = struct {
             assert(spare.isEmpty());
             dirty += spare.dirtyBytes();
         }
+        dirty += heap.huge_cache.bytes;
         assert(dirty == heap.dirty_bytes);
         for (&heap.queues, 0..) |*queue, class| {
             var count: u32 = 0;

@@ -13,12 +13,101 @@
 //! Only the header's first kernel page and the block's pages are touched.
 //! Resizing grows or shrinks the mapping in place; `remap` may also move it
 //! with mremap, which moves pages without copying them.
+//!
+//! A freed huge mapping goes to the freeing thread's heap cache (if it fits)
+//! instead of back to the OS: a program that frees and allocates big blocks
+//! in a loop then pays neither mmap nor page faults. Cached mappings count
+//! as the heap's free memory and are unmapped by its purge (after the purge
+//! delay, or at once past the cap).
 const std = @import("std");
 const assert = std.debug.assert;
 const os = @import("os.zig");
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const segment_size_bytes = segment_mod.segment_size_bytes;
+const Heap = @import("heap.zig").Heap;
+const thread = @import("thread.zig");
+
+/// Cached mappings per heap.
+pub const cache_count_max = 8;
+/// Mappings larger than this are unmapped when freed: touching them anew
+/// costs far more than mapping them.
+pub const cache_entry_bytes_max = 64 * 1024 * 1024;
+
+/// Freed huge mappings of one heap, most recent last.
+pub const Cache = struct {
+    entries: [cache_count_max]*Segment = undefined,
+    len: usize = 0,
+    /// Sum of the entries' mapping lengths.
+    bytes: usize = 0,
+
+    /// A cached mapping of at least `total` bytes and at most a quarter
+    /// more, most recently freed first.
+    fn take(cache: *Cache, total: usize) ?*Segment {
+        var i = cache.len;
+        while (i > 0) {
+            i -= 1;
+            const segment = cache.entries[i];
+            const bytes = segment.huge_mapping_bytes;
+            if (bytes >= total and bytes - total <= total / 4) {
+                std.mem.copyForwards(*Segment, cache.entries[i .. cache.len - 1], cache.entries[i + 1 .. cache.len]);
+                cache.len -= 1;
+                cache.bytes -= bytes;
+                return segment;
+            }
+        }
+        return null;
+    }
+
+    /// Adds a freed mapping, unmapping the oldest entry when full.
+    /// Returns the change in cached bytes.
+    fn put(cache: *Cache, segment: *Segment) isize {
+        var change: isize = @intCast(segment.huge_mapping_bytes);
+        if (cache.len == cache_count_max) {
+            const oldest = cache.entries[0];
+            change -= @intCast(oldest.huge_mapping_bytes);
+            cache.bytes -= oldest.huge_mapping_bytes;
+            std.mem.copyForwards(*Segment, cache.entries[0 .. cache.len - 1], cache.entries[1..cache.len]);
+            cache.len -= 1;
+            unmap(oldest);
+        }
+        cache.entries[cache.len] = segment;
+        cache.len += 1;
+        cache.bytes += segment.huge_mapping_bytes;
+        return change;
+    }
+
+    /// Unmaps the oldest entries until at least `wanted` bytes are gone (or
+    /// the cache is empty). Returns the bytes unmapped.
+    pub fn release(cache: *Cache, wanted: usize) usize {
+        var released: usize = 0;
+        var kept: usize = 0;
+        for (cache.entries[0..cache.len]) |segment| {
+            if (released < wanted) {
+                released += segment.huge_mapping_bytes;
+                unmap(segment);
+            } else {
+                cache.entries[kept] = segment;
+                kept += 1;
+            }
+        }
+        cache.len = kept;
+        cache.bytes -= released;
+        return released;
+    }
+
+    /// Moves `other`'s entries here (absorbing a heap). Returns the bytes
+    /// unmapped because this cache was full.
+    pub fn takeAll(cache: *Cache, other: *Cache) usize {
+        var unmapped: usize = 0;
+        for (other.entries[0..other.len]) |segment| {
+            const change = cache.put(segment);
+            unmapped += segment.huge_mapping_bytes - @as(usize, @intCast(change));
+        }
+        other.* = .{};
+        return unmapped;
+    }
+};
 
 fn blockOffset(alignment: usize) usize {
     return if (alignment > segment_size_bytes) segment_size_bytes else @max(Segment.header_bytes, alignment);
@@ -34,12 +123,22 @@ fn mapOffset(alignment: usize) usize {
     return if (alignment > segment_size_bytes) segment_size_bytes else 0;
 }
 
-pub fn alloc(len: usize, alignment: usize) ?[*]u8 {
+pub fn alloc(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
     assert(len > 0);
     const offset = blockOffset(alignment);
     const total = std.math.add(usize, offset, len) catch return null;
+    if (alignment <= segment_size_bytes) {
+        if (heap.huge_cache.take(total)) |segment| {
+            heap.dirty_bytes -= segment.huge_mapping_bytes;
+            return setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
+        }
+    }
     const base = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
-    const segment: *Segment = @ptrCast(base);
+    return setHeader(@ptrCast(base), os.pageAlignForward(total).?, offset, alignment);
+}
+
+fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: usize) [*]u8 {
+    const base: [*]u8 = @ptrCast(segment);
     // Field by field, not `segment.* = ...`: that would write (and make
     // resident) the whole page array of the header.
     segment.owner = .init(null);
@@ -52,7 +151,7 @@ pub fn alloc(len: usize, alignment: usize) ?[*]u8 {
     segment.all = .{};
     segment.with_free = .{};
     segment.in_with_free = false;
-    segment.huge_mapping_bytes = os.pageAlignForward(total).?;
+    segment.huge_mapping_bytes = mapping_bytes;
     segment.huge_block_offset = offset;
     segment.huge_alignment = alignment;
     segment.pages[0] = .{ .area = base + offset, .used = 1, .capacity = 1, .reserved = 1 };
@@ -62,8 +161,19 @@ pub fn alloc(len: usize, alignment: usize) ?[*]u8 {
     return block;
 }
 
+/// Frees a huge block, from any thread: into the calling thread's cache
+/// when it fits, else back to the OS.
 pub fn free(segment: *Segment) void {
     assert(segment.kind == .huge);
+    const heap = thread.current();
+    if (heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
+        segment.huge_alignment > segment_size_bytes) return unmap(segment);
+    const change = heap.huge_cache.put(segment);
+    if (change >= 0) heap.dirty_bytes += @intCast(change) else heap.dirty_bytes -= @intCast(-change);
+    heap.dirtyGrew();
+}
+
+fn unmap(segment: *Segment) void {
     os.unmap(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes);
 }
 
