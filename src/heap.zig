@@ -41,7 +41,7 @@ const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
 
 /// Free memory (empty pages, spare segments, cached huge mappings) that a
 /// heap may keep resident indefinitely, for quick reuse.
-pub const purge_keep_bytes = 1024 * 1024;
+pub const purge_keep_bytes = 256 * 1024;
 /// Free memory beyond `purge_keep_bytes` goes back to the OS this long after
 /// it was freed, unless it is reused first: a program that frees and
 /// allocates again within the delay pays no page faults for it.
@@ -131,7 +131,7 @@ pub const Heap = struct {
             if (page.free) |block| {
                 @branchHint(.likely);
                 page.free = block.next;
-                page.used += 1;
+                page.setUsed(page.used + 1);
                 return @ptrCast(block);
             }
         }
@@ -150,7 +150,7 @@ pub const Heap = struct {
                 const block: *Block = @ptrCast(@alignCast(ptr));
                 block.next = page.free;
                 page.free = block;
-                page.used -= 1;
+                page.setUsed(page.used - 1);
                 if (page.used == 0) {
                     @branchHint(.unlikely);
                     _ = heap.retirePage(page);
@@ -228,19 +228,33 @@ pub const Heap = struct {
         var steps = queue.count;
         while (steps > 0) : (steps -= 1) {
             const page = queue.first.?;
-            page.collect();
+            if (page.free == null) page.collect();
             if (page.free != null) return page;
             if (page.capacity < page.reserved) {
                 page.extend();
                 return page;
             }
-            // A remote free that lands after `collect` finds the thread-free
-            // list empty and announces the page, which brings it back.
-            heap.queueRemove(page);
-            heap.full.pushBack(page);
-            page.setFlags(.{ .in_full = true, .has_aligned = page.flags.has_aligned });
+            if (!heap.parkFull(page)) return page;
         }
         return null;
+    }
+
+    /// Moves an exhausted page to the full queue, unless remote frees arrive
+    /// meanwhile; then collects them and returns false.
+    fn parkFull(heap: *Heap, page: *Page) bool {
+        assert(page.free == null and !page.flags.in_full);
+        // The flag first, then a look at the stack (both SeqCst): a remote
+        // free either sees the flag and announces the page, or lands before
+        // our look and we take it now. See Page.pushThreadFree.
+        page.setFlags(.{ .in_full = true, .has_aligned = page.flags.has_aligned });
+        if (page.hasThreadFrees()) {
+            page.setFlags(.{ .in_full = false, .has_aligned = page.flags.has_aligned });
+            page.collect();
+            return false;
+        }
+        heap.queueRemove(page);
+        heap.full.pushBack(page);
+        return true;
     }
 
     /// Sets up a free page for `class` and puts it first in its queue.
@@ -261,7 +275,7 @@ pub const Heap = struct {
         const block = if (page.flags.has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
         page.push(block);
         if (page.flags.in_full) heap.unfull(page);
-        if (page.used == 0) _ = heap.retirePage(page);
+        if (page.isEntirelyFree()) _ = heap.retirePage(page);
     }
 
     /// A free by a thread that does not own the block's page.
@@ -325,12 +339,20 @@ pub const Heap = struct {
         }
     }
 
+    /// A remote free announced `page`: it got its first block back while
+    /// full, or its last block back. Takes no blocks: they are taken when the
+    /// page comes first in its queue.
     fn handleNotice(heap: *Heap, segment: *Segment, page: *Page) Released {
         // A notice may outlive the page's use (freed or reused since).
         if (segment.free_mask & (@as(u64, 1) << @intCast(page.index)) != 0) return .nothing;
-        page.collect();
-        if (page.flags.in_full and page.free != null) heap.unfull(page);
-        return if (page.used == 0) heap.retirePage(page) else .nothing;
+        if (page.isNotifying()) {
+            // The announcer is still at work (or a second one raced it):
+            // look again on the next round.
+            heap.rearmNotice(segment, page);
+            return .nothing;
+        }
+        if (page.flags.in_full) heap.unfull(page);
+        return if (page.isEntirelyFree()) heap.retirePage(page) else .nothing;
     }
 
     /// What giving back a page released.
@@ -346,7 +368,7 @@ pub const Heap = struct {
 
     /// A page's last block came back.
     fn retirePage(heap: *Heap, page: *Page) Released {
-        assert(page.used == 0 and !page.flags.in_full);
+        assert(page.isEntirelyFree() and !page.flags.in_full);
         // Keep a size's only page, so a loop that allocates and frees one
         // block does not give the page back each time. Large pages are big
         // enough to return; the spare segments absorb that churn.
@@ -356,7 +378,7 @@ pub const Heap = struct {
 
     /// Takes an empty page out of its queue and returns it to its segment.
     fn freePage(heap: *Heap, page: *Page) Released {
-        assert(page.used == 0);
+        assert(page.isEntirelyFree());
         const segment = Segment.ofPtr(page);
         if (page.isNotifying()) {
             // A remote free is still announcing the page and writes to the
@@ -378,7 +400,7 @@ pub const Heap = struct {
     /// Returns an empty page, already out of every queue, to its segment
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
-        assert(page.used == 0 and !page.hasThreadFrees());
+        page.dropThreadFrees();
         const had_free = segment.hasFreePage();
         heap.dirty_bytes += page.touchedBytes();
         segment.releasePage(page);
@@ -542,7 +564,7 @@ pub const Heap = struct {
         heap.purge(purge_keep_bytes);
     }
 
-    /// Collects every page of `queue`; frees the empty ones.
+    /// Frees the entirely free pages of `queue`.
     fn collectQueue(heap: *Heap, queue: *PageQueue) void {
         var steps = queue.count;
         var it = queue.first;
@@ -550,8 +572,7 @@ pub const Heap = struct {
             assert(steps > 0);
             steps -= 1;
             it = page.next;
-            page.collect();
-            if (page.used == 0) _ = heap.freePage(page);
+            if (page.isEntirelyFree()) _ = heap.freePage(page);
         }
     }
 
@@ -577,10 +598,12 @@ pub const Heap = struct {
             }
         }
         assert(other.segment_count == 0);
-        for (&other.queues) |*queue| heap.adoptPages(queue);
-        heap.adoptPages(&other.full);
+        // The segments' free memory is ours now; adopting pages may free
+        // more of it (and count it again as it goes).
         heap.dirty_bytes += other.dirty_bytes;
         other.dirty_bytes = 0;
+        for (&other.queues) |*queue| heap.adoptPages(queue);
+        heap.adoptPages(&other.full);
         heap.dirty_bytes -= heap.huge_cache.takeAll(&other.huge_cache);
         while (other.spares.pop()) |spare| {
             // Monotonic: an empty segment; nobody frees into it.
@@ -593,19 +616,19 @@ pub const Heap = struct {
         heap.dirtyGrew();
     }
 
-    /// Moves the pages of another heap's queue into ours.
+    /// Moves the pages of another heap's queue into ours; entirely free
+    /// ones go back to their segments. Full pages stay full: their notices
+    /// now reach us (see absorb).
     fn adoptPages(heap: *Heap, queue: *PageQueue) void {
         var steps = queue.count;
         while (queue.first) |page| {
             assert(steps > 0);
             steps -= 1;
             queue.remove(page);
-            page.collect();
-            const full = page.free == null and page.capacity == page.reserved;
-            page.setFlags(.{ .in_full = full, .has_aligned = page.flags.has_aligned });
-            if (page.used == 0 and !page.isNotifying()) {
+            if (page.isEntirelyFree() and !page.isNotifying()) {
+                if (page.flags.in_full) page.setFlags(.{ .has_aligned = page.flags.has_aligned });
                 _ = heap.releasePage(Segment.ofPtr(page), page);
-            } else if (full) {
+            } else if (page.flags.in_full) {
                 heap.full.pushBack(page);
             } else {
                 heap.queuePushBack(page);

@@ -8,16 +8,24 @@
 //!   out; `extend` links a bounded chunk of them into `free` on demand, so
 //!   memory that is never used is never touched.
 //! - `thread_free`: an atomic stack that other threads push their frees onto.
-//!   The owner takes the whole stack at once (`collect`).
+//!   The owner takes the whole stack, and only when `free` is empty, so the
+//!   stack becomes the new `free` list without being walked: walking it
+//!   would fetch every block from the cache of the core that freed it, long
+//!   before the block is used again.
 //!
-//! Only the owning thread touches anything but `thread_free`. A remote free
-//! that finds `thread_free` empty announces the page to its owner (see
-//! Heap.notifyOwner), so the owner learns of every page that gets blocks
-//! back from other threads, whether it sits first in a queue, deep in one,
-//! or in the full queue, and can reuse or free it. Bit 0 of `thread_free`
-//! (`notifying`) is set while such an announcement is in flight: the owner
-//! then keeps the page (and so its segment) mapped, because the announcing
-//! thread still writes to the segment header.
+//! The `thread_free` word packs three things:
+//!
+//!   bits 48..63  number of blocks on the stack
+//!   bits  3..47  address of the top block (user space fits in 48 bits)
+//!   bit   0      `notifying`: a remote free is announcing the page
+//!
+//! With the count, `used == pending` tells the owner the page is entirely
+//! free without looking at the blocks. A remote free announces the page to
+//! its owner (Heap.notifyOwner) in two cases: it is the first remote free
+//! into a page parked in the full queue, or it frees the page's last live
+//! block. While `notifying` is set the owner keeps the page (and so its
+//! segment) mapped, because the announcing thread still writes to the
+//! segment header.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
@@ -35,9 +43,18 @@ pub const block_size_min_bytes = @sizeOf(Block);
 /// least one block), so a fresh page is touched one kernel page at a time.
 pub const extend_bytes_max = 4 * 1024;
 
-/// Bit 0 of `thread_free`: a remote free is announcing the page to its
-/// owner; the page must not be freed until the bit clears.
 const notifying_bit: usize = 1;
+const count_shift = 48;
+const count_one: usize = 1 << count_shift;
+const address_mask: usize = count_one - 1 - notifying_bit;
+
+comptime {
+    // Blocks are 8-aligned (bit 0 is free) and user addresses on Linux
+    // x86_64 and aarch64 stay below 2^48 unless a mapping asks for more.
+    assert(block_size_min_bytes >= 8);
+    // The count field holds the blocks of the fullest page (64 KiB of 8 B).
+    assert((64 * 1024 / block_size_min_bytes) < (1 << (@bitSizeOf(usize) - count_shift)));
+}
 
 pub const Flags = packed struct(u8) {
     /// In the owning heap's full queue (no free blocks when it was parked).
@@ -52,7 +69,8 @@ pub const Page = struct {
     // Fields of the fast paths first: they share one cache line.
     free: ?*Block = null,
     /// Blocks handed out and not yet back on `free` (blocks waiting on
-    /// `thread_free` still count). Zero means the page is empty.
+    /// `thread_free` still count). Written only by the owner, with atomic
+    /// stores, because remote frees read it to detect an empty page.
     used: u32 = 0,
     /// Any set flag sends the owner's frees to the slow path.
     flags: Flags = .{},
@@ -66,7 +84,7 @@ pub const Page = struct {
     block_size: u32 = 0,
     /// Address of block 0.
     area: [*]u8 = undefined,
-    /// Blocks freed by other threads (address | full_bit).
+    /// Blocks freed by other threads: count | top block | notifying.
     thread_free: std.atomic.Value(usize) = .init(0),
     /// Links in the owning heap's page queue.
     next: ?*Page = null,
@@ -110,8 +128,27 @@ pub const Page = struct {
         page.capacity += @intCast(count);
     }
 
-    pub fn isEmpty(page: *const Page) bool {
-        return page.used == 0;
+    /// Owner-side writes of `used` (see the field).
+    pub inline fn setUsed(page: *Page, used: u32) void {
+        // Monotonic: remote frees need only some recent value (see
+        // pushThreadFree); a plain store on the fast path.
+        @atomicStore(u32, &page.used, used, .monotonic);
+    }
+
+    /// Pops the first free block; the caller has checked there is one.
+    pub inline fn pop(page: *Page) [*]u8 {
+        const block = page.free.?;
+        page.free = block.next;
+        page.setUsed(page.used + 1);
+        return @ptrCast(block);
+    }
+
+    /// Pushes a block the owner frees.
+    pub inline fn push(page: *Page, block: *Block) void {
+        assert(page.used > 0);
+        block.next = page.free;
+        page.free = block;
+        page.setUsed(page.used - 1);
     }
 
     /// Whether `ptr` lies inside block memory the page has ever handed out.
@@ -142,82 +179,94 @@ pub const Page = struct {
         return @as(usize, page.capacity) * page.block_size;
     }
 
-    /// Pops the first free block; the caller has checked there is one.
-    pub inline fn pop(page: *Page) [*]u8 {
-        const block = page.free.?;
-        page.free = block.next;
-        page.used += 1;
-        return @ptrCast(block);
-    }
-
-    /// Pushes a block the owner frees.
-    pub inline fn push(page: *Page, block: *Block) void {
-        assert(page.used > 0);
-        block.next = page.free;
-        page.free = block;
-        page.used -= 1;
-    }
-
     /// Flags are written by the owner and read by any thread freeing into
-    /// the page (`has_aligned`), so both sides use atomic byte accesses.
+    /// the page, so both sides use atomic byte accesses.
     pub fn setFlags(page: *Page, flags: Flags) void {
-        // Monotonic: a remote reader needs `has_aligned` only for blocks it
-        // got through its own synchronization with the allocating thread.
-        @atomicStore(u8, @as(*u8, @ptrCast(&page.flags)), @bitCast(flags), .monotonic);
+        // SeqCst: setting `in_full` pairs with the SeqCst CAS and flags load
+        // in pushThreadFree (see Heap.parkFull); otherwise a plain store.
+        @atomicStore(u8, @as(*u8, @ptrCast(&page.flags)), @bitCast(flags), .seq_cst);
     }
 
     pub fn loadFlags(page: *const Page) Flags {
-        // Monotonic: see setFlags.
-        return @bitCast(@atomicLoad(u8, @as(*const u8, @ptrCast(&page.flags)), .monotonic));
+        // SeqCst: see setFlags; a plain load on x86.
+        return @bitCast(@atomicLoad(u8, @as(*const u8, @ptrCast(&page.flags)), .seq_cst));
     }
 
     // ---- Cross-thread frees -------------------------------------------
 
-    /// Called by a thread that does not own the page. When the list was
-    /// empty, this free announces the page: `notify(context, page)` runs
-    /// after the push, under the `notifying` bit, which keeps the owner from
-    /// freeing the page until the announcement is done.
+    /// Called by a thread that does not own the page. When this free is the
+    /// first into a full page, or frees the page's last live block, it
+    /// announces the page: `notify(context, page)` runs after the push,
+    /// under the `notifying` bit, which keeps the owner from freeing the
+    /// page until the announcement is done.
     pub fn pushThreadFree(page: *Page, block: *Block, context: anytype, comptime notify: fn (@TypeOf(context), *Page) void) void {
         comptime assert(!builtin.single_threaded);
         // Monotonic: the value only seeds the CAS loop below.
         var old = page.thread_free.load(.monotonic);
+        var announce = false;
         while (true) {
-            // Empty and nobody announcing: this free announces.
-            const announce = old == 0;
-            block.next = @ptrFromInt(old & ~notifying_bit);
-            const new = @intFromPtr(block) | (if (announce) notifying_bit else old & notifying_bit);
-            // Release on success: the owner's acquire in `collect` must see
-            // `block.next` and everything the program wrote to the block.
-            old = page.thread_free.cmpxchgWeak(old, new, .release, .monotonic) orelse break;
+            const count = (old >> count_shift) + 1;
+            assert(count <= page.reserved);
+            const top = old & address_mask;
+            // Only one announcement at a time; one in flight covers ours
+            // (the owner re-checks a page it finds notifying).
+            announce = old & notifying_bit == 0 and
+                ((top == 0 and page.loadFlags().in_full) or
+                    // Monotonic: the owner's own collect or allocation may
+                    // race; both only happen on a page it is using.
+                    count == @atomicLoad(u32, &page.used, .monotonic));
+            block.next = @ptrFromInt(top);
+            const new = (count << count_shift) | @intFromPtr(block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
+            // SeqCst on success: publishes the block and its contents to the
+            // owner's acquire, and orders against the owner's SeqCst store
+            // of `in_full` followed by its load of this word (parkFull).
+            old = page.thread_free.cmpxchgWeak(old, new, .seq_cst, .monotonic) orelse break;
         }
-        if (old != 0) return;
+        if (!announce) return;
         notify(context, page);
         // Release: the announcement's writes happen before the owner, which
-        // acquires this word, may free the page. Keeps the list intact.
+        // acquires this word, may free the page. Keeps the stack intact.
         _ = page.thread_free.fetchAnd(~notifying_bit, .release);
     }
 
-    /// Moves blocks freed by other threads onto `free`. Owner only.
+    /// Blocks waiting on `thread_free` (a snapshot; only grows unless the
+    /// owner takes them).
+    pub fn pendingCount(page: *const Page) u32 {
+        if (builtin.single_threaded) return 0;
+        // Acquire: if the count says every block is back, their pushes (and
+        // so the program's last writes to them) happened before.
+        return @intCast(page.thread_free.load(.acquire) >> count_shift);
+    }
+
+    /// Whether every block of the page is free (on `free`, on the stack, or
+    /// never handed out).
+    pub fn isEntirelyFree(page: *const Page) bool {
+        return page.used == page.pendingCount();
+    }
+
+    /// Makes the blocks freed by other threads the new `free` list, without
+    /// walking them. Owner only, and only when `free` is empty.
     pub fn collect(page: *Page) void {
         if (builtin.single_threaded) return;
+        assert(page.free == null);
         // Monotonic: a cheap look first; the fetchAnd below does the ordering.
-        if (page.thread_free.load(.monotonic) & ~notifying_bit == 0) return;
-        // Acquire: pairs with the release of each push, making the links and
-        // the blocks' contents visible before we walk them. Takes the list
-        // and leaves the notifying bit to its owner.
-        const taken = page.thread_free.fetchAnd(notifying_bit, .acquire) & ~notifying_bit;
-        assert(taken != 0);
-        const head: *Block = @ptrFromInt(taken);
-        var tail = head;
-        var count: u32 = 1;
-        while (tail.next) |next| : (count += 1) {
-            assert(count < page.reserved);
-            tail = next;
-        }
-        assert(count <= page.used);
-        tail.next = page.free;
-        page.free = head;
-        page.used -= count;
+        if (page.thread_free.load(.monotonic) & address_mask == 0) return;
+        // Acquire: pairs with the SeqCst (release) CAS of each push, so the
+        // links and the blocks' contents are visible. Leaves `notifying`.
+        const taken = page.thread_free.fetchAnd(notifying_bit, .acquire);
+        const count: u32 = @intCast(taken >> count_shift);
+        assert(count > 0 and count <= page.used);
+        page.free = @ptrFromInt(taken & address_mask);
+        page.setUsed(page.used - count);
+    }
+
+    /// Forgets the stack of an entirely free page being given back: its
+    /// blocks are free and no other thread can push to it any more.
+    pub fn dropThreadFrees(page: *Page) void {
+        if (builtin.single_threaded) return;
+        assert(page.isEntirelyFree() and !page.isNotifying());
+        // Monotonic: nobody else touches the word now (no live blocks).
+        page.thread_free.store(0, .monotonic);
     }
 
     /// Whether an announcement is in flight; the page must stay mapped.
@@ -231,8 +280,9 @@ pub const Page = struct {
     /// Whether blocks from other threads are waiting (a hint).
     pub fn hasThreadFrees(page: *const Page) bool {
         if (builtin.single_threaded) return false;
-        // Monotonic: a hint; `collect` orders the actual take.
-        return page.thread_free.load(.monotonic) & ~notifying_bit != 0;
+        // SeqCst: the load half of the full-queue handshake (parkFull);
+        // elsewhere a hint.
+        return page.thread_free.load(.seq_cst) & address_mask != 0;
     }
 };
 
@@ -273,16 +323,6 @@ pub const PageQueue = struct {
         page.prev = null;
         q.count -= 1;
     }
-
-    /// Appends all of `other` (emptying it).
-    pub fn appendAll(q: *PageQueue, other: *PageQueue) void {
-        const first = other.first orelse return;
-        first.prev = q.last;
-        if (q.last) |l| l.next = first else q.first = first;
-        q.last = other.last;
-        q.count += other.count;
-        other.* = .{};
-    }
 };
 
 test "extend links blocks lazily, one chunk at a time" {
@@ -312,4 +352,33 @@ test "block start of interior pointers" {
     try std.testing.expectEqual(@as(*Block, @ptrCast(@alignCast(p + 48))), page.blockStart(p + 48 + 17));
     try std.testing.expect(page.isBlockStart(p + 96));
     try std.testing.expect(!page.isBlockStart(p + 97));
+}
+
+test "remote frees: counted, announced when the page empties, taken without a walk" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    var memory: [64 * 1024]u8 align(4096) = undefined;
+    var page: Page = .{};
+    page.init(size_class.ofSize(64), &memory, memory.len);
+    page.extend();
+    var blocks: [3]*Block = undefined;
+    for (&blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));
+    const Counter = struct {
+        fn notify(count: *usize, _: *Page) void {
+            count.* += 1;
+        }
+    };
+    var announcements: usize = 0;
+    page.pushThreadFree(blocks[0], &announcements, Counter.notify);
+    page.pushThreadFree(blocks[1], &announcements, Counter.notify);
+    try std.testing.expectEqual(@as(usize, 0), announcements);
+    try std.testing.expectEqual(@as(u32, 2), page.pendingCount());
+    try std.testing.expect(!page.isEntirelyFree());
+    page.pushThreadFree(blocks[2], &announcements, Counter.notify);
+    try std.testing.expectEqual(@as(usize, 1), announcements);
+    try std.testing.expect(page.isEntirelyFree() and !page.isNotifying());
+    // The owner takes the stack when its own list is empty.
+    page.free = null;
+    page.collect();
+    try std.testing.expectEqual(@as(u32, 0), page.used);
+    try std.testing.expectEqual(blocks[2], page.free.?);
 }

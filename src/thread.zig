@@ -121,34 +121,52 @@ pub fn initCurrent() ?*Heap {
 fn claim() ?*Heap {
     const pid = os.currentPid();
     const tid = os.currentTid();
+    // A heap being absorbed by another thread turns into a free shell in a
+    // moment; waiting for it keeps the number of heaps at the number of
+    // threads alive at once. Bounded: absorbing takes microseconds.
+    for (0..claim_rounds_max) |_| {
+        const found = claimScan(pid, tid);
+        if (found.heap) |heap| return heap;
+        if (!found.saw_claimed) break;
+        os.yieldThread();
+    }
+    return create(pid, tid);
+}
+
+const claim_rounds_max = 16;
+
+fn claimScan(pid: os.Pid, tid: i32) struct { heap: ?*Heap, saw_claimed: bool } {
     const len = heapCount();
     var shell: ?*Heap = null;
+    var saw_claimed = false;
     // Heaps that hold memory and have no owner come first.
     for (registry[0..len]) |*slot| {
         // Acquire: the heap was initialized before it was published.
         const heap = slot.load(.acquire) orelse continue;
         const owner = loadOwner(heap);
         switch (owner.state) {
-            .orphaned => if (take(heap, owner, pid, tid)) return heap,
+            .orphaned => if (take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false },
             // Rule 2: our id on an active heap of our process: its thread is gone.
-            .active => if (owner.tid == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid)) return heap,
+            .active => if (owner.tid == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid))
+                return .{ .heap = heap, .saw_claimed = false },
             .free => if (shell == null) {
                 shell = heap;
             },
-            .claimed => {},
+            .claimed => saw_claimed = true,
         }
     }
     // Rule 1: heaps of threads that ended without telling us.
     for (registry[0..len]) |*slot| {
         const heap = slot.load(.acquire) orelse continue;
         const owner = loadOwner(heap);
-        if (isDead(heap, owner, pid) and take(heap, owner, pid, tid)) return heap;
+        if (isDead(heap, owner, pid) and take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false };
     }
     if (shell) |heap| {
         const owner = loadOwner(heap);
-        if (owner.state == .free and take(heap, owner, pid, tid)) return heap;
+        if (owner.state == .free and take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false };
+        saw_claimed = true; // Someone took it first; there may be another.
     }
-    return create(pid, tid);
+    return .{ .heap = null, .saw_claimed = saw_claimed };
 }
 
 /// Whether `heap` is active, belongs to this process and its thread is gone.
