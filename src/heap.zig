@@ -48,6 +48,10 @@ pub const purge_keep_bytes = 256 * 1024;
 pub const purge_delay_ns = 10 * std.time.ns_per_ms;
 /// Free memory beyond this goes back at once, without waiting.
 pub const purge_cap_bytes = 32 * 1024 * 1024;
+/// Touched memory of empty pages kept as their size's only page (so that
+/// allocating and freeing one block in a loop does not free and set up the
+/// page each time), at most.
+pub const retain_bytes_max = 1024 * 1024;
 
 /// Empty segments a heap keeps mapped at most.
 pub const spare_count_max = 4;
@@ -87,6 +91,12 @@ pub const Heap = struct {
     /// When the free memory beyond `purge_keep_bytes` is due to go back to
     /// the OS; 0 when nothing is scheduled.
     purge_due_ns: u64,
+    /// Classes whose only page was kept when it became empty (bit = class);
+    /// the next purge frees those still empty.
+    retained_classes: u128,
+    /// Touched bytes of those pages when they were kept (an estimate: a kept
+    /// page may be used again meanwhile).
+    retained_bytes: usize,
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
@@ -107,6 +117,8 @@ pub const Heap = struct {
         .huge_cache = .{},
         .dirty_bytes = 0,
         .purge_due_ns = 0,
+        .retained_classes = 0,
+        .retained_bytes = 0,
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
@@ -372,7 +384,19 @@ pub const Heap = struct {
         // Keep a size's only page, so a loop that allocates and frees one
         // block does not give the page back each time. Large pages are big
         // enough to return; the spare segments absorb that churn.
-        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) return .nothing;
+        // ...for the purge delay, after which it goes like the others, and
+        // within a budget, so that a program moving through many sizes does
+        // not keep a page of each.
+        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) {
+            const bit = @as(u128, 1) << @intCast(page.class);
+            if (heap.retained_classes & bit != 0) return .nothing;
+            if (heap.retained_bytes + page.touchedBytes() <= retain_bytes_max) {
+                heap.retained_classes |= bit;
+                heap.retained_bytes += page.touchedBytes();
+                if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
+                return .nothing;
+            }
+        }
         return heap.freePage(page);
     }
 
@@ -479,7 +503,7 @@ pub const Heap = struct {
     /// it goes back after the delay.
     pub fn dirtyGrew(heap: *Heap) void {
         if (heap.dirty_bytes > purge_cap_bytes) return heap.purge(purge_keep_bytes);
-        if (heap.dirty_bytes <= purge_keep_bytes) return;
+        if (heap.dirty_bytes <= purge_keep_bytes and heap.retained_classes == 0) return;
         if (heap.purge_due_ns == 0) {
             heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
         } else heap.purgeIfDue();
@@ -496,6 +520,7 @@ pub const Heap = struct {
     /// remain.
     pub fn purge(heap: *Heap, keep_bytes: usize) void {
         heap.purge_due_ns = 0;
+        heap.releaseRetained();
         // Cached huge mappings first, then spares: nothing in them is about
         // to be reused; then free pages of segments in use.
         heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes);
@@ -513,6 +538,17 @@ pub const Heap = struct {
                 steps -= 1;
                 heap.dirty_bytes -= segment.purgeDirty();
             }
+        }
+    }
+
+    /// Frees the pages kept empty as their class's only page, if still empty.
+    fn releaseRetained(heap: *Heap) void {
+        var classes = heap.retained_classes;
+        heap.retained_classes = 0;
+        heap.retained_bytes = 0;
+        while (classes != 0) : (classes &= classes - 1) {
+            const page = heap.queues[@ctz(classes)].first orelse continue;
+            if (page.isEntirelyFree()) _ = heap.freePage(page);
         }
     }
 
