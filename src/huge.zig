@@ -134,6 +134,10 @@ pub fn alloc(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
         }
     }
     const base = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    if (!segment_mod.segment_map.add(@ptrCast(base))) {
+        os.unmap(base, total);
+        return null;
+    }
     return setHeader(@ptrCast(base), os.pageAlignForward(total).?, offset, alignment);
 }
 
@@ -174,6 +178,7 @@ pub fn free(segment: *Segment) void {
 }
 
 fn unmap(segment: *Segment) void {
+    segment_mod.segment_map.remove(segment);
     os.unmap(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes);
 }
 
@@ -197,8 +202,21 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     if (resizeInPlace(segment, new_len)) return @as([*]u8, @ptrCast(segment)) + offset;
     const total = std.math.add(usize, offset, new_len) catch return null;
     const alignment = segment.huge_alignment;
-    const base = os.remapMove(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes, total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
-    const moved: *Segment = @ptrCast(base);
+    // Reserve the destination and record it in the segment map before any
+    // page moves, so that failing leaves the block where it was.
+    const dest = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    if (!segment_mod.segment_map.add(@ptrCast(dest))) {
+        os.unmap(dest, total);
+        return null;
+    }
+    if (!os.moveInto(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes, dest, total)) {
+        segment_mod.segment_map.remove(@ptrCast(dest));
+        os.unmap(dest, total);
+        return null;
+    }
+    segment_mod.segment_map.remove(segment);
+    const base: [*]u8 = dest;
+    const moved: *Segment = @ptrCast(dest);
     moved.huge_mapping_bytes = os.pageAlignForward(total).?;
     moved.pages[0].area = base + offset;
     assert(Segment.ofPtr(base + offset) == moved);

@@ -162,25 +162,18 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
     return true;
 }
 
-/// Moves the pages of [ptr, ptr+old_len) to a new mapping of new_len bytes
-/// whose start plus `offset` is aligned to `alignment`, without copying.
-/// Returns the new start, or null (the old mapping is then untouched).
-pub fn remapMove(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_len: usize, alignment: usize, offset: usize) ?[*]align(page_size_min_bytes) u8 {
+/// Moves the pages of [ptr, ptr+old_len) onto `dest`, a mapping of new_len
+/// bytes made by `map`, without copying; `dest`'s own pages are replaced.
+/// Returns false (both mappings untouched) when the kernel refuses.
+pub fn moveInto(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, dest: [*]align(page_size_min_bytes) u8, new_len: usize) bool {
     const old_aligned = std.mem.alignForward(usize, old_len, pageSize());
-    const new_aligned = pageAlignForward(new_len) orelse return null;
-    // Reserve an aligned destination first; mremap with MREMAP_FIXED then
-    // replaces the reservation with the old pages.
-    const dest = map(new_aligned, alignment, offset) orelse return null;
+    const new_aligned = std.mem.alignForward(usize, new_len, pageSize());
     const rc = linux.mremap(ptr, old_aligned, new_aligned, .{ .MAYMOVE = true, .FIXED = true }, dest);
-    if (linux.errno(rc) != .SUCCESS) {
-        unmap(dest, new_aligned);
-        return null;
-    }
+    if (linux.errno(rc) != .SUCCESS) return false;
     assert(rc == @intFromPtr(dest));
-    // The reservation is now the moved mapping (already counted by `map`);
-    // the old range no longer exists.
+    // `dest` was counted by `map`; the old range no longer exists.
     accountMapped(-@as(isize, @intCast(old_aligned)));
-    return dest;
+    return true;
 }
 
 /// A cheap clock for purge deadlines: the coarse monotonic clock, read
@@ -253,7 +246,9 @@ test "remap in place and by moving keeps contents" {
     p[0] = 7;
     p[4 * page - 1] = 9;
     if (!remapInPlace(p, 4 * page, 8 * page)) {
-        p = remapMove(p, 4 * page, 8 * page, 1 << 22, 0).?;
+        const dest = map(8 * page, 1 << 22, 0).?;
+        try std.testing.expect(moveInto(p, 4 * page, dest, 8 * page));
+        p = dest;
         try std.testing.expect(@intFromPtr(p) % (1 << 22) == 0);
     }
     try std.testing.expectEqual(@as(u8, 7), p[0]);

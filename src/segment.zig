@@ -30,6 +30,7 @@ const size_class = @import("size_class.zig");
 const page_mod = @import("page.zig");
 const Page = page_mod.Page;
 const Heap = @import("heap.zig").Heap;
+const config = @import("config.zig");
 
 pub const segment_size_bytes = 4 * 1024 * 1024;
 const segment_mask = segment_size_bytes - 1;
@@ -152,6 +153,10 @@ pub const Segment = struct {
         assert(kind != .huge);
         const base = os.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
         const segment: *Segment = @ptrCast(base);
+        if (!segment_map.add(segment)) {
+            os.unmap(base, segment_size_bytes);
+            return null;
+        }
         segment.owner = .init(owner);
         segment.page_notice = .init(0);
         segment.all = .{};
@@ -180,6 +185,7 @@ pub const Segment = struct {
     pub fn destroy(segment: *Segment) void {
         assert(segment.kind != .huge);
         assert(segment.isEmpty());
+        segment_map.remove(segment);
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }
 
@@ -255,6 +261,66 @@ pub const Segment = struct {
         }
         segment.dirty_mask = 0;
         return total;
+    }
+};
+
+/// Which segment-aligned addresses hold a kennel segment header: lets the C
+/// library's free() reject a pointer kennel never returned before touching
+/// memory behind it. Two levels: a root of 1024 leaves, each a bitmap of
+/// 65,536 segments (256 GiB of address space), mapped on first use and
+/// never freed. Kept only in the C library; elsewhere every call is empty.
+pub const segment_map = struct {
+    const address_bits = 48;
+    const segment_shift = std.math.log2_int(usize, segment_size_bytes);
+    const leaf_shift = 16;
+    const root_count = 1 << (address_bits - segment_shift - leaf_shift);
+    const Leaf = [(1 << leaf_shift) / 64]std.atomic.Value(u64);
+
+    var root: [root_count]std.atomic.Value(?*Leaf) = @splat(.init(null));
+
+    fn leafOf(index: usize, create_leaf: bool) ?*Leaf {
+        const r = index >> leaf_shift;
+        if (r >= root_count) return null;
+        // Acquire: a leaf is zeroed memory published by the CAS below.
+        if (root[r].load(.acquire)) |leaf| return leaf;
+        if (!create_leaf) return null;
+        const memory = os.map(@sizeOf(Leaf), os.page_size_min_bytes, 0) orelse return null;
+        const leaf: *Leaf = @ptrCast(@alignCast(memory));
+        // AcqRel: publishes our leaf, or sees the one another thread won with.
+        if (root[r].cmpxchgStrong(null, leaf, .acq_rel, .acquire)) |other| {
+            os.unmap(memory, @sizeOf(Leaf));
+            return other;
+        }
+        return leaf;
+    }
+
+    /// Records a segment (or huge mapping) header; false when out of memory.
+    pub fn add(segment: *const Segment) bool {
+        if (!config.c_library) return true;
+        const index = @intFromPtr(segment) >> segment_shift;
+        const leaf = leafOf(index, true) orelse return false;
+        // Release: the header is written before a block in it can be freed
+        // by a thread that checks the map.
+        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchOr(@as(u64, 1) << @intCast(index % 64), .release);
+        return true;
+    }
+
+    pub fn remove(segment: *const Segment) void {
+        if (!config.c_library) return;
+        const index = @intFromPtr(segment) >> segment_shift;
+        const leaf = leafOf(index, false).?;
+        // Monotonic: after this the header is unmapped; no block in it is live.
+        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchAnd(~(@as(u64, 1) << @intCast(index % 64)), .monotonic);
+    }
+
+    /// Whether `address` is the start of a live segment or huge mapping.
+    pub fn contains(address: usize) bool {
+        comptime assert(config.c_library);
+        if (address % segment_size_bytes != 0) return false;
+        const index = address >> segment_shift;
+        const leaf = leafOf(index, false) orelse return false;
+        // Acquire: pairs with the release in `add`.
+        return leaf[(index & ((1 << leaf_shift) - 1)) / 64].load(.acquire) & (@as(u64, 1) << @intCast(index % 64)) != 0;
     }
 };
 

@@ -55,14 +55,58 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 const os = @import("os.zig");
+const config = @import("config.zig");
 const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
-threadlocal var tls_heap: *Heap = &Heap.empty;
+/// The calling thread's heap. Reached through `current`/`setCurrent` only.
+/// In the shared library it is exported so that inline assembly can address
+/// it with the initial-exec TLS model (see tlsSlot).
+const tls_heap = if (config.shared_object) struct {
+    export threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
+} else struct {
+    threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
+};
 
 /// The calling thread's heap (`Heap.empty` before its first allocation).
 pub inline fn current() *Heap {
-    return tls_heap;
+    if (config.shared_object) return tlsSlot().*;
+    return tls_heap.kennel_thread_heap;
+}
+
+fn setCurrent(heap: *Heap) void {
+    if (config.shared_object) {
+        tlsSlot().* = heap;
+    } else tls_heap.kennel_thread_heap = heap;
+}
+
+/// The address of this thread's heap pointer in a shared object, with the
+/// initial-exec model: the variable's offset from the thread pointer comes
+/// from the GOT (fixed when the library is loaded), so no __tls_get_addr.
+/// A library loaded with LD_PRELOAD (or linked) always gets static TLS.
+inline fn tlsSlot() **Heap {
+    const offset = switch (builtin.cpu.arch) {
+        .x86_64 => asm ("movq kennel_thread_heap@gottpoff(%%rip), %[offset]"
+            : [offset] "=r" (-> usize),
+        ),
+        .aarch64 => asm (
+            \\adrp %[offset], :gottprel:kennel_thread_heap
+            \\ldr %[offset], [%[offset], #:gottprel_lo12:kennel_thread_heap]
+            : [offset] "=r" (-> usize),
+        ),
+        else => comptime unreachable,
+    };
+    const thread_pointer = switch (builtin.cpu.arch) {
+        // glibc keeps the TCB's own address at %fs:0.
+        .x86_64 => asm ("movq %%fs:0, %[tp]"
+            : [tp] "=r" (-> usize),
+        ),
+        .aarch64 => asm ("mrs %[tp], tpidr_el0"
+            : [tp] "=r" (-> usize),
+        ),
+        else => comptime unreachable,
+    };
+    return @ptrFromInt(thread_pointer +% offset);
 }
 
 /// Most heaps that can exist at once: one per thread alive at the same time
@@ -106,13 +150,13 @@ fn loadOwner(heap: *Heap) Owner {
 
 /// Gives the calling thread a heap. Null when out of memory.
 pub fn initCurrent() ?*Heap {
-    assert(tls_heap == &Heap.empty);
+    assert(current() == &Heap.empty);
     if (builtin.single_threaded) {
-        tls_heap = &single_heap;
+        setCurrent(&single_heap);
         return &single_heap;
     }
     const heap = claim() orelse return null;
-    tls_heap = heap;
+    setCurrent(heap);
     if (builtin.link_libc) exit_hook.register(heap);
     return heap;
 }
@@ -211,12 +255,12 @@ fn create(pid: os.Pid, tid: i32) ?*Heap {
 pub fn abandonCurrent() void {
     if (builtin.single_threaded) {
         // The only thread keeps its heap; it can still give memory back.
-        if (tls_heap != &Heap.empty) tls_heap.releaseUnused();
+        if (current() != &Heap.empty) current().releaseUnused();
         return;
     }
-    const heap = tls_heap;
+    const heap = current();
     if (heap == &Heap.empty) return;
-    tls_heap = &Heap.empty;
+    setCurrent(&Heap.empty);
     heap.releaseUnused();
     const owner: Owner = @bitCast(heap.owner.load(.monotonic));
     assert(owner.state == .active);
@@ -282,7 +326,7 @@ threadlocal var remote_frees_until_probe: u32 = 0;
 /// (no libc) are found by a probe every `remote_frees_per_probe` frees.
 pub fn absorbIfOrphaned(segment: *Segment) bool {
     comptime assert(!builtin.single_threaded);
-    const heap = tls_heap;
+    const heap = current();
     if (heap == &Heap.empty) return false;
     // Acquire: pairs with the SeqCst store in Heap.absorb; an older owner is
     // harmless (absorbing any ownerless heap is fine; the caller re-checks).
@@ -349,11 +393,11 @@ const exit_hook = if (builtin.link_libc) struct {
     fn onThreadExit(value: ?*anyopaque) callconv(.c) void {
         const heap: *Heap = @ptrCast(@alignCast(value orelse return));
         // The thread may have given this heap up and taken another since.
-        if (heap == tls_heap) abandonCurrent();
+        if (heap == current()) abandonCurrent();
     }
 
     fn onForkChild() callconv(.c) void {
-        const heap = tls_heap;
+        const heap = current();
         if (heap == &Heap.empty) return;
         // Only this thread exists in the child: plain re-tagging is safe.
         heap.pid.store(os.currentPid(), .monotonic);
