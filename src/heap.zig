@@ -97,6 +97,9 @@ pub const Heap = struct {
     /// Touched bytes of those pages when they were kept (an estimate: a kept
     /// page may be used again meanwhile).
     retained_bytes: usize,
+    /// Remote frees until this thread next probes whether the owner of the
+    /// block it frees is still alive (thread.absorbIfOrphaned).
+    remote_frees_until_probe: u32,
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
@@ -119,6 +122,7 @@ pub const Heap = struct {
         .purge_due_ns = 0,
         .retained_classes = 0,
         .retained_bytes = 0,
+        .remote_frees_until_probe = 0,
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
@@ -165,13 +169,26 @@ pub const Heap = struct {
                 page.setUsed(page.used - 1);
                 if (page.used == 0) {
                     @branchHint(.unlikely);
-                    _ = heap.retirePage(page);
+                    heap.retireAfterFree(page);
                 }
                 return;
             }
             return heap.freeLocalFlagged(page, ptr);
         }
         return freeRemote(segment, page, ptr);
+    }
+
+    /// Like `alloc`, with the first `len` bytes zero. Fresh huge mappings are
+    /// zero already, so only reused memory is cleared.
+    pub fn allocZeroed(len: usize, alignment: usize) ?[*]u8 {
+        if (len > size_class.block_size_max_bytes and alignment <= segment_mod.block_align_max_bytes) {
+            const current = thread.current();
+            const heap = if (current == &empty) thread.initCurrent() orelse return null else current;
+            return huge.allocZeroed(heap, len, alignment);
+        }
+        const ptr = alloc(len, alignment) orelse return null;
+        @memset(ptr[0..len], 0);
+        return ptr;
     }
 
     // ==== Allocation, slow paths ========================================
@@ -287,7 +304,14 @@ pub const Heap = struct {
         const block = if (page.flags.has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
         page.push(block);
         if (page.flags.in_full) heap.unfull(page);
-        if (page.isEntirelyFree()) _ = heap.retirePage(page);
+        if (page.isEntirelyFree()) heap.retireAfterFree(page);
+    }
+
+    /// A free emptied `page`: retire it, then purge if due (a program that
+    /// only frees for a while still gives memory back).
+    fn retireAfterFree(heap: *Heap, page: *Page) void {
+        _ = heap.retirePage(page);
+        heap.purgeIfDue();
     }
 
     /// A free by a thread that does not own the block's page.
@@ -500,19 +524,22 @@ pub const Heap = struct {
     }
 
     /// Free memory grew: give it back at once past the cap, else make sure
-    /// it goes back after the delay.
+    /// it goes back after the delay. May run anywhere, even in the middle of
+    /// walking a list of pages or segments: it only purges memory (madvise,
+    /// spares, cached huge mappings) and changes no list.
     pub fn dirtyGrew(heap: *Heap) void {
         if (heap.dirty_bytes > purge_cap_bytes) return heap.purge(purge_keep_bytes);
         if (heap.dirty_bytes <= purge_keep_bytes and heap.retained_classes == 0) return;
-        if (heap.purge_due_ns == 0) {
-            heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
-        } else heap.purgeIfDue();
+        if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
     }
 
-    /// On slow paths: purge if the deadline has passed.
+    /// Purges if the deadline has passed, including the pages kept as their
+    /// size's only page. Frees pages and so changes lists: call it only at
+    /// the top of a slow path, never while walking a list.
     fn purgeIfDue(heap: *Heap) void {
         if (heap.purge_due_ns == 0) return;
         if (os.nowNanoseconds() < heap.purge_due_ns) return;
+        heap.releaseRetained();
         heap.purge(purge_keep_bytes);
     }
 
@@ -520,7 +547,6 @@ pub const Heap = struct {
     /// remain.
     pub fn purge(heap: *Heap, keep_bytes: usize) void {
         heap.purge_due_ns = 0;
-        heap.releaseRetained();
         // Cached huge mappings first, then spares: nothing in them is about
         // to be reused; then free pages of segments in use.
         heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes);
@@ -597,6 +623,8 @@ pub const Heap = struct {
         heap.processNotices();
         for (&heap.queues) |*queue| heap.collectQueue(queue);
         heap.collectQueue(&heap.full);
+        heap.retained_classes = 0;
+        heap.retained_bytes = 0;
         heap.purge(purge_keep_bytes);
     }
 

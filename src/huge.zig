@@ -124,13 +124,24 @@ fn mapOffset(alignment: usize) usize {
 }
 
 pub fn alloc(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
+    return allocMaybeZeroed(heap, len, alignment, false);
+}
+
+/// `alloc` with the first `len` bytes zero (calloc).
+pub fn allocZeroed(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
+    return allocMaybeZeroed(heap, len, alignment, true);
+}
+
+fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: bool) ?[*]u8 {
     assert(len > 0);
     const offset = blockOffset(alignment);
     const total = std.math.add(usize, offset, len) catch return null;
     if (alignment <= segment_size_bytes) {
         if (heap.huge_cache.take(total)) |segment| {
             heap.dirty_bytes -= segment.huge_mapping_bytes;
-            return setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
+            const block = setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
+            if (zeroed) @memset(block[0..len], 0);
+            return block;
         }
     }
     const base = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;

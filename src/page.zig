@@ -65,8 +65,8 @@ pub const Flags = packed struct(u8) {
     _: u6 = 0,
 };
 
-pub const Page = struct {
-    // Fields of the fast paths first: they share one cache line.
+/// Extern: one cache line, fast-path fields first, in this order.
+pub const Page = extern struct {
     free: ?*Block = null,
     /// Blocks handed out and not yet back on `free` (blocks waiting on
     /// `thread_free` still count). Written only by the owner, with atomic

@@ -63,7 +63,7 @@ pub const Kind = enum(u8) {
         return .large;
     }
 
-    fn pageShift(kind: Kind) u6 {
+    fn pageShift(kind: Kind) u8 {
         return switch (kind) {
             .small => std.math.log2_int(usize, small_page_bytes),
             .medium => std.math.log2_int(usize, medium_page_bytes),
@@ -83,12 +83,15 @@ pub const Kind = enum(u8) {
 };
 
 /// Intrusive links for the heap's segment lists.
-pub const Link = struct {
+pub const Link = extern struct {
     next: ?*Segment = null,
     prev: ?*Segment = null,
 };
 
-pub const Segment = struct {
+/// Extern: fields stay in this order, so the ones every free reads share
+/// the header's first cache line (Zig's automatic layout had put them after
+/// the 4 KiB page array).
+pub const Segment = extern struct {
     // ---- Read by any thread ----
     /// The heap that owns every page here; null for huge allocations. Changes
     /// only when a heap absorbs an orphaned heap's segments (thread.zig).
@@ -96,8 +99,11 @@ pub const Segment = struct {
     /// Pages whose full flag a remote free cleared: bit i is page i.
     page_notice: std.atomic.Value(u64),
     kind: Kind,
-    page_shift: u6,
+    /// log2 of the page size (63 for huge: every offset maps to page 0).
+    page_shift: u8,
     page_count: u8,
+    /// In the owner's list of segments with free pages (small, medium).
+    in_with_free: bool,
 
     // ---- Owner only ----
     /// Bit i: page i holds no blocks and may be handed to a size class.
@@ -108,7 +114,6 @@ pub const Segment = struct {
     all: Link,
     /// In the owner's list of segments with free pages (small, medium).
     with_free: Link,
-    in_with_free: bool,
 
     // ---- Huge allocations only ----
     /// Length of the whole mapping, header included.
@@ -125,6 +130,7 @@ pub const Segment = struct {
 
     comptime {
         assert(header_bytes == 8192);
+        assert(@offsetOf(Segment, "pages") <= 128);
         assert(segment_size_bytes >= 2 * small_page_bytes);
         assert(small_page_bytes > header_bytes);
     }
@@ -136,7 +142,7 @@ pub const Segment = struct {
 
     /// The page containing the block that starts at `ptr`.
     pub inline fn pageOf(segment: *Segment, ptr: *const anyopaque) *Page {
-        const index = (@intFromPtr(ptr) - @intFromPtr(segment)) >> segment.page_shift;
+        const index = (@intFromPtr(ptr) - @intFromPtr(segment)) >> @intCast(segment.page_shift);
         assert(index < segment.page_count);
         return &segment.pages[index];
     }
@@ -205,8 +211,9 @@ pub const Segment = struct {
     pub fn pageArea(segment: *Segment, index: usize) []u8 {
         assert(index < segment.page_count);
         const base: [*]u8 = @ptrCast(segment);
-        const start = if (index == 0) header_bytes else index << segment.page_shift;
-        const end = (index + 1) << segment.page_shift;
+        const shift: u6 = @intCast(segment.page_shift);
+        const start = if (index == 0) header_bytes else index << shift;
+        const end = (index + 1) << shift;
         assert(start % block_align_max_bytes == 0);
         return base[start..@min(end, segment_size_bytes)];
     }
@@ -363,7 +370,7 @@ pub fn SegmentList(comptime field: []const u8) type {
 test "layouts cover the segment and keep areas 4 KiB aligned" {
     inline for (.{ Kind.small, Kind.medium, Kind.large }) |kind| {
         var end: usize = Segment.header_bytes;
-        const shift = kind.pageShift();
+        const shift: u6 = @intCast(kind.pageShift());
         for (0..kind.pageCount()) |i| {
             const start = if (i == 0) Segment.header_bytes else i << shift;
             try std.testing.expectEqual(end, start);

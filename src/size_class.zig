@@ -67,6 +67,25 @@ pub inline fn blockSize(class: Class) usize {
     return block_size_table[class];
 }
 
+/// Offsets inside a page stay below this (the largest page is a segment).
+pub const offset_limit_bytes = 4 * 1024 * 1024;
+
+/// ceil(2^42 / block size) per class: `offset * r >> 42` is then exactly
+/// `offset / block size` for every offset below 2^22 (the error term
+/// offset * (r * size - 2^42) / 2^42 stays below 1), without a divide.
+const reciprocal_shift = 42;
+const reciprocal_table: [class_count]u64 = table: {
+    var table: [class_count]u64 = undefined;
+    for (&table, block_size_table) |*r, size| r.* = ((@as(u64, 1) << reciprocal_shift) + size - 1) / size;
+    break :table table;
+};
+
+/// `offset / blockSize(class)` for offset < offset_limit_bytes.
+pub inline fn blockIndex(class: Class, offset: usize) usize {
+    assert(offset < offset_limit_bytes);
+    return (offset * reciprocal_table[class]) >> reciprocal_shift;
+}
+
 test "every size maps to the smallest class that holds it" {
     var size: usize = 1;
     while (size <= block_size_max_bytes) : (size += if (size < 70_000) 1 else 61) {
@@ -88,6 +107,23 @@ test "classes are word-exact up to 128 bytes, then waste at most 12.5%" {
             // Worst case: a request one byte above the previous class.
             const smallest = blockSize(@intCast(c - 1)) + 1;
             try std.testing.expect((b - smallest) * 8 < smallest);
+        }
+    }
+}
+
+test "blockIndex divides exactly for every class and every offset that matters" {
+    // offset < 2^22 and size <= 2^20: offset * error < 2^42.
+    comptime assert(offset_limit_bytes <= 1 << 22 and block_size_max_bytes <= 1 << 20);
+    for (0..class_count) |c| {
+        const class: Class = @intCast(c);
+        const size = blockSize(class);
+        var block: usize = 0;
+        while (block * size < offset_limit_bytes) : (block += 1) {
+            const start = block * size;
+            // The start of each block, its last byte, and one past.
+            try std.testing.expectEqual(block, blockIndex(class, start));
+            if (start + size - 1 < offset_limit_bytes) try std.testing.expectEqual(block, blockIndex(class, start + size - 1));
+            if (start + size < offset_limit_bytes) try std.testing.expectEqual(block + 1, blockIndex(class, start + size));
         }
     }
 }

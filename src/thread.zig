@@ -68,6 +68,11 @@ const tls_heap = if (config.shared_object) struct {
     threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
 };
 
+comptime {
+    // Only the assembly in tlsSlot names the variable; make sure it is emitted.
+    if (config.shared_object) _ = &tls_heap.kennel_thread_heap;
+}
+
 /// The calling thread's heap (`Heap.empty` before its first allocation).
 pub inline fn current() *Heap {
     if (config.shared_object) return tlsSlot().*;
@@ -317,7 +322,6 @@ pub fn absorbAnyOrphan(heap: *Heap) bool {
 
 /// Remote frees between two liveness probes of the block owner's thread.
 const remote_frees_per_probe = 256;
-threadlocal var remote_frees_until_probe: u32 = 0;
 
 /// Called on a remote free: if the segment's owner heap has no thread any
 /// more, the freeing thread absorbs it, so that memory whose thread ended
@@ -336,11 +340,12 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
     switch (owner.state) {
         .orphaned => {},
         .active => {
-            if (remote_frees_until_probe > 0) {
-                remote_frees_until_probe -= 1;
+            // The countdown lives in the freeing thread's own heap.
+            if (heap.remote_frees_until_probe > 0) {
+                heap.remote_frees_until_probe -= 1;
                 return false;
             }
-            remote_frees_until_probe = remote_frees_per_probe;
+            heap.remote_frees_until_probe = remote_frees_per_probe;
             if (!isDead(other, owner, os.currentPid())) return false;
         },
         .free, .claimed => return false,

@@ -139,8 +139,9 @@ test "model: random alloc/resize/remap/free over all classes, huge sizes and ali
     // the resident set must be back near where it started.
     kennel.releaseThreadMemory();
     const after = util.residentBytes();
-    if (after > before + 4 * 1024 * 1024) {
-        std.debug.print("resident bytes: {d} before, {d} after freeing everything (peak mapped {d})\n", .{ before, after, peak });
+    // The test cycles hundreds of MB; a leak would show as tens of MB.
+    if (after > before + 8 * 1024 * 1024) {
+        std.debug.print("resident bytes: {d} before, {d} after freeing everything (mapped {d} now, peak {d})\n", .{ before, after, kennel.stats().mapped_bytes, peak });
         return error.TestMemoryNotReturned;
     }
 }

@@ -1,0 +1,280 @@
+/*
+ * Conformance of kennel's C interface: every exported function, with the
+ * edge cases the C standard and glibc define (size 0, SIZE_MAX, overflow,
+ * every alignment from 1 B to 1 MiB, invalid alignments, realloc across
+ * classes and in and out of huge sizes, usable sizes).
+ *
+ * Linked against libkennel, so the standard names resolve to kennel; the
+ * kn_ names are checked too, and kn_stats proves kennel served the memory.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kennel.h"
+
+/* C23; glibc 2.36's headers do not declare them yet. */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+/* Alignments the compiler must not see as constants (it rejects the
+   invalid ones at compile time). */
+static volatile size_t three = 3, zero = 0, twenty_four = 24;
+/* Sizes the compiler must not see either: it may fold a call like
+   malloc(SIZE_MAX) to NULL without making it, and errno with it. */
+static volatile size_t size_max = SIZE_MAX, two = 2, two_to_33 = (size_t)1 << 33;
+/* And a result that is only compared with NULL may be deleted along with
+   its call (LLVM does): failures go through this volatile sink. */
+static void *volatile sink;
+#define FAILS_WITH(call, code) ((sink = (call)) == NULL && errno == (code))
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
+static int aligned(const void *p, size_t alignment) {
+    return ((uintptr_t)p & (alignment - 1)) == 0;
+}
+
+/* The pattern covers every byte of the first 64 KiB and every 4093rd byte
+   after: the same positions whatever the length, so that any prefix of a
+   filled block can be checked after realloc. */
+static size_t next_position(size_t i) {
+    return i < 65536 ? i + 1 : i + 4093;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i = next_position(i)) p[i] = (unsigned char)(seed + i);
+}
+
+static int intact(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i = next_position(i))
+        if (p[i] != (unsigned char)(seed + i)) return 0;
+    return 1;
+}
+
+/* Sizes across every class and into huge ones. */
+static const size_t sizes[] = {
+    0, 1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256, 257,
+    500, 1000, 1023, 1024, 1025, 2000, 4095, 4096, 4097, 8191, 8192, 8193, 10000, 32768, 65535, 65536,
+    65537, 100000, 262144, 500000, 1048575, 1048576, 1048577, 2000000, 4194304, 10000000, 40000000,
+};
+#define SIZE_COUNT (sizeof(sizes) / sizeof(sizes[0]))
+
+static void test_malloc_free(void) {
+    void *a = malloc(0), *b = malloc(0);
+    CHECK(a && b && a != b);
+    free(a);
+    free(b);
+    free(NULL);
+    for (size_t i = 0; i < SIZE_COUNT; i++) {
+        size_t n = sizes[i];
+        unsigned char *p = malloc(n);
+        CHECK(p != NULL);
+        CHECK(aligned(p, 16));
+        CHECK(malloc_usable_size(p) >= n);
+        fill(p, n, (unsigned)i);
+        CHECK(intact(p, n, (unsigned)i));
+        free(p);
+    }
+    CHECK(malloc_usable_size(NULL) == 0);
+}
+
+static void test_out_of_memory(void) {
+    errno = 0;
+    CHECK(FAILS_WITH(malloc(size_max), ENOMEM));
+    errno = 0;
+    CHECK(FAILS_WITH(malloc(size_max / 2), ENOMEM));
+    errno = 0;
+    CHECK(FAILS_WITH(calloc(size_max, two), ENOMEM));
+    errno = 0;
+    CHECK(FAILS_WITH(calloc(two_to_33, two_to_33), ENOMEM));
+    errno = 0;
+    CHECK(FAILS_WITH(aligned_alloc(64, size_max - 10), ENOMEM));
+    unsigned char *p = malloc(100);
+    fill(p, 100, 3);
+    errno = 0;
+    CHECK(FAILS_WITH(realloc(p, size_max), ENOMEM));
+    CHECK(intact(p, 100, 3)); /* the original is untouched */
+    errno = 0;
+    CHECK(FAILS_WITH(reallocarray(p, size_max / 4, 8), ENOMEM));
+    CHECK(intact(p, 100, 3));
+    void *q = NULL;
+    CHECK(posix_memalign(&q, 64, size_max - 100) == ENOMEM && q == NULL);
+    free(p);
+}
+
+static void test_calloc(void) {
+    for (size_t i = 0; i < SIZE_COUNT; i++) {
+        size_t n = sizes[i];
+        /* Dirty a block of the same size first, so calloc may get it back. */
+        unsigned char *d = malloc(n);
+        memset(d, 0xee, n);
+        free(d);
+        unsigned char *p = calloc(1, n);
+        CHECK(p != NULL && aligned(p, 16));
+        for (size_t j = 0; j < n; j += (n > 65536 ? 511 : 1)) CHECK(p[j] == 0);
+        if (n) CHECK(p[n - 1] == 0);
+        free(p);
+    }
+    int *v = calloc(1000, sizeof(int));
+    for (int i = 0; i < 1000; i++) CHECK(v[i] == 0);
+    free(v);
+    void *z = calloc(0, 5);
+    CHECK(z != NULL);
+    free(z);
+}
+
+static void test_realloc(void) {
+    /* realloc(NULL, n) is malloc(n). */
+    unsigned char *p = realloc(NULL, 10);
+    CHECK(p != NULL);
+    fill(p, 10, 1);
+    size_t have = 10;
+    /* Grow through every class into huge sizes, then shrink back. */
+    for (size_t i = 0; i < SIZE_COUNT; i++) {
+        size_t n = sizes[i] ? sizes[i] : 1;
+        unsigned char *q = realloc(p, n);
+        CHECK(q != NULL && aligned(q, 16));
+        CHECK(intact(q, have < n ? have : n, 1));
+        fill(q, n, 1);
+        p = q;
+        have = n;
+    }
+    for (size_t i = SIZE_COUNT; i-- > 0;) {
+        size_t n = sizes[i] ? sizes[i] : 1;
+        unsigned char *q = realloc(p, n);
+        CHECK(q != NULL);
+        CHECK(intact(q, n, 1));
+        p = q;
+        have = n;
+    }
+    /* Growing within the block's class stays in place. */
+    unsigned char *a = malloc(100);
+    CHECK(realloc(a, malloc_usable_size(a)) == a);
+    /* A huge block grows in place or moves its pages, keeping contents. */
+    unsigned char *h = malloc(3 << 20);
+    fill(h, 3 << 20, 9);
+    h = realloc(h, 30 << 20);
+    CHECK(h != NULL && intact(h, 3 << 20, 9));
+    h = realloc(h, 2 << 20);
+    CHECK(h != NULL && intact(h, 2 << 20, 9));
+    free(h);
+    /* realloc(p, 0) frees p and returns NULL, as in glibc. */
+    CHECK((sink = realloc(a, 0)) == NULL);
+    free(p);
+    unsigned char *r = reallocarray(NULL, 10, 10);
+    CHECK(r != NULL && malloc_usable_size(r) >= 100);
+    free(r);
+}
+
+static void test_alignment(void) {
+    for (size_t a = 1; a <= ((size_t)1 << 20); a *= 2) {
+        const size_t lens[] = {1, a, 3 * a + 1, 100000};
+        for (size_t i = 0; i < 4; i++) {
+            size_t n = lens[i];
+            unsigned char *p = aligned_alloc(a, n);
+            CHECK(p != NULL && aligned(p, a) && aligned(p, 16));
+            CHECK(malloc_usable_size(p) >= n);
+            fill(p, n, 5);
+            CHECK(intact(p, n, 5));
+            free(p);
+            void *q = NULL;
+            if (a >= sizeof(void *)) {
+                errno = 1234;
+                CHECK(posix_memalign(&q, a, n) == 0 && aligned(q, a));
+                CHECK(errno == 1234); /* success leaves errno alone */
+                memset(q, 0x5a, n);
+                q = realloc(q, n + 1000); /* realloc keeps max_align_t alignment */
+                CHECK(q != NULL && aligned(q, 16));
+                free(q);
+            }
+            p = memalign(a, n);
+            CHECK(p != NULL && aligned(p, a));
+            free_aligned_sized(p, a, n);
+        }
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    void *v = valloc(10);
+    CHECK(v && aligned(v, (size_t)page));
+    free(v);
+    void *pv = pvalloc(10);
+    CHECK(pv && aligned(pv, (size_t)page) && malloc_usable_size(pv) >= (size_t)page);
+    free(pv);
+    pv = pvalloc(0);
+    CHECK(pv && malloc_usable_size(pv) >= (size_t)page);
+    free(pv);
+    /* Invalid alignments. */
+    void *q = (void *)1;
+    CHECK(posix_memalign(&q, 0, 8) == EINVAL && q == (void *)1);
+    CHECK(posix_memalign(&q, 3, 8) == EINVAL);
+    CHECK(posix_memalign(&q, 4, 8) == EINVAL); /* not a multiple of sizeof(void *) */
+    CHECK(posix_memalign(&q, 24, 8) == EINVAL);
+    errno = 0;
+    CHECK(FAILS_WITH(aligned_alloc(three, 16), EINVAL));
+    errno = 0;
+    CHECK(FAILS_WITH(aligned_alloc(zero, 16), EINVAL));
+    /* memalign rounds a non-power-of-two alignment up, like glibc. */
+    void *m = memalign(twenty_four, 100);
+    CHECK(m && aligned(m, 32));
+    free(m);
+}
+
+static void test_sized_and_prefixed(void) {
+    free_sized(malloc(10), 10);
+    free_aligned_sized(aligned_alloc(64, 128), 64, 128);
+    unsigned char *p = kn_malloc(50);
+    CHECK(p && kn_malloc_usable_size(p) >= 50);
+    p = kn_realloc(p, 5000);
+    CHECK(p);
+    kn_free(p);
+    int *c = kn_calloc(10, sizeof(int));
+    CHECK(c && c[9] == 0);
+    kn_free_sized(c, 10 * sizeof(int));
+    void *q;
+    CHECK(kn_posix_memalign(&q, 256, 10) == 0 && aligned(q, 256));
+    kn_free(q);
+    q = kn_aligned_alloc(4096, 4096);
+    CHECK(q && aligned(q, 4096));
+    kn_free(q);
+    q = kn_memalign(128, 1);
+    CHECK(q && aligned(q, 128));
+    kn_free(q);
+    q = kn_valloc(1);
+    kn_free(q);
+    q = kn_pvalloc(1);
+    kn_free(q);
+    q = kn_reallocarray(NULL, 4, 4);
+    kn_free_aligned_sized(q, 16, 16);
+}
+
+static void test_served_by_kennel(void) {
+    struct kn_stats before, after;
+    kn_stats(&before);
+    void *big = malloc(80 << 20); /* above the huge cache's limit: freshly mapped */
+    kn_stats(&after);
+    CHECK(after.mapped_bytes >= before.mapped_bytes + (80 << 20));
+    CHECK(after.heap_count >= 1);
+    free(big);
+    kn_release_thread_memory();
+}
+
+int main(void) {
+    test_malloc_free();
+    test_out_of_memory();
+    test_calloc();
+    test_realloc();
+    test_alignment();
+    test_sized_and_prefixed();
+    test_served_by_kennel();
+    printf("conformance: all checks passed\n");
+    return 0;
+}

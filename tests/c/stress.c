@@ -1,0 +1,168 @@
+/*
+ * Multi-threaded stress of kennel's C interface: more threads than cores
+ * pass blocks to each other through locked inboxes, so most frees happen on
+ * a thread other than the allocating one; blocks are grown with realloc on
+ * the way; every block's contents are checked before it is freed. A second
+ * phase starts and ends many short-lived threads that leave blocks behind.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kennel.h"
+
+#define THREADS 8
+#define INBOX 512
+
+struct message {
+    unsigned char *block;
+    size_t size;
+    unsigned seed;
+};
+
+struct inbox {
+    pthread_mutex_t lock;
+    struct message items[INBOX];
+    int count;
+};
+
+static struct inbox inboxes[THREADS];
+static long operations = 200000;
+static volatile int failed;
+
+static uint64_t next_random(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+static void fill(struct message m) {
+    for (size_t i = 0; i < m.size; i += (m.size > 8192 ? 1021 : 1)) m.block[i] = (unsigned char)(m.seed + i);
+}
+
+static int intact(struct message m) {
+    for (size_t i = 0; i < m.size; i += (m.size > 8192 ? 1021 : 1))
+        if (m.block[i] != (unsigned char)(m.seed + i)) return 0;
+    return 1;
+}
+
+static void consume(struct message m) {
+    if (!intact(m)) {
+        fprintf(stderr, "block %p of %zu bytes corrupted\n", (void *)m.block, m.size);
+        failed = 1;
+    }
+    free(m.block);
+}
+
+static int try_put(int target, struct message m) {
+    struct inbox *box = &inboxes[target];
+    pthread_mutex_lock(&box->lock);
+    int ok = box->count < INBOX;
+    if (ok) box->items[box->count++] = m;
+    pthread_mutex_unlock(&box->lock);
+    return ok;
+}
+
+static void drain(int id) {
+    struct message local[INBOX];
+    struct inbox *box = &inboxes[id];
+    pthread_mutex_lock(&box->lock);
+    int n = box->count;
+    memcpy(local, box->items, (size_t)n * sizeof(local[0]));
+    box->count = 0;
+    pthread_mutex_unlock(&box->lock);
+    for (int i = 0; i < n; i++) consume(local[i]);
+}
+
+static void *worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(id + 1);
+    for (long i = 0; i < operations && !failed; i++) {
+        uint64_t r = next_random(&state);
+        size_t size = (r % 100 == 0) ? 4096 + r % 300000 : 1 + r % 600;
+        if (r % 5000 == 0) size = (2u << 20) + r % 100000;
+        struct message m = {malloc(size), size, (unsigned)r};
+        if (!m.block) {
+            failed = 1;
+            break;
+        }
+        fill(m);
+        if (r % 7 == 0) { /* grow it on the way: contents must survive */
+            size_t bigger = m.size * 2 + 10;
+            unsigned char *g = realloc(m.block, bigger);
+            if (!g) {
+                failed = 1;
+                break;
+            }
+            m.block = g;
+            if (!intact(m)) {
+                fprintf(stderr, "realloc lost the contents of %zu bytes\n", m.size);
+                failed = 1;
+            }
+            m.size = bigger;
+            fill(m);
+        }
+        int target = (int)((r >> 32) % THREADS);
+        while (!try_put(target, m)) {
+            drain(id);
+            target = (target + 1) % THREADS;
+        }
+        if (i % 32 == 0) drain(id);
+    }
+    return NULL;
+}
+
+/* Phase two: short-lived threads leave blocks for later threads. */
+static pthread_mutex_t left_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct message left[256];
+
+static void *short_lived(void *arg) {
+    uint64_t state = (uint64_t)(intptr_t)arg * 7919 + 1;
+    for (int i = 0; i < 16; i++) {
+        uint64_t r = next_random(&state);
+        struct message m = {malloc(16 + r % 3000), 16 + r % 3000, (unsigned)r};
+        fill(m);
+        if (i % 4) {
+            consume(m);
+            continue;
+        }
+        pthread_mutex_lock(&left_lock);
+        struct message old = left[r % 256];
+        left[r % 256] = m;
+        pthread_mutex_unlock(&left_lock);
+        if (old.block) consume(old);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) operations = atol(argv[1]);
+    for (int i = 0; i < THREADS; i++) pthread_mutex_init(&inboxes[i].lock, NULL);
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, (void *)(intptr_t)i);
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < THREADS; i++) drain(i);
+
+    struct kn_stats before;
+    kn_stats(&before);
+    for (int wave = 0; wave < 1000; wave++) {
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, short_lived, (void *)(intptr_t)(wave * 4 + i));
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    }
+    for (int i = 0; i < 256; i++)
+        if (left[i].block) consume(left[i]);
+    struct kn_stats after;
+    kn_stats(&after);
+    if (after.heap_count > before.heap_count + 16) {
+        fprintf(stderr, "heaps grew from %zu to %zu over 4000 threads\n", before.heap_count, after.heap_count);
+        failed = 1;
+    }
+    if (failed) return 1;
+    printf("stress: %d threads x %ld operations and 4000 short-lived threads, all blocks intact (%zu heaps)\n", THREADS, operations,
+           after.heap_count);
+    return 0;
+}
