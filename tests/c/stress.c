@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kennel.h"
 
@@ -138,6 +140,58 @@ static void *short_lived(void *arg) {
     return NULL;
 }
 
+/* Phase three: fork while other threads allocate; the child must be able
+   to allocate, from its own thread and from new ones. */
+static volatile int spinning = 1;
+
+static void *spinner(void *arg) {
+    uint64_t state = (uint64_t)(intptr_t)arg + 99;
+    void *held[64] = {0};
+    while (spinning) {
+        uint64_t r = next_random(&state);
+        free(held[r % 64]);
+        held[r % 64] = malloc(1 + r % 5000);
+    }
+    for (int i = 0; i < 64; i++) free(held[i]);
+    return NULL;
+}
+
+static void *child_thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        char *p = malloc(1 + (size_t)i % 3000);
+        p[0] = 1;
+        free(p);
+    }
+    return NULL;
+}
+
+static int fork_while_allocating(void) {
+    pthread_t spinners[2];
+    for (int i = 0; i < 2; i++) pthread_create(&spinners[i], NULL, spinner, (void *)(intptr_t)i);
+    int bad = 0;
+    for (int round = 0; round < 20; round++) {
+        usleep(2000);
+        pid_t pid = fork();
+        if (pid == 0) {
+            pthread_t t[2];
+            for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, child_thread, NULL);
+            child_thread(NULL);
+            for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "fork round %d: child status %d\n", round, status);
+            bad = 1;
+        }
+    }
+    spinning = 0;
+    for (int i = 0; i < 2; i++) pthread_join(spinners[i], NULL);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) operations = atol(argv[1]);
     for (int i = 0; i < THREADS; i++) pthread_mutex_init(&inboxes[i].lock, NULL);
@@ -161,8 +215,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "heaps grew from %zu to %zu over 4000 threads\n", before.heap_count, after.heap_count);
         failed = 1;
     }
+    if (fork_while_allocating()) failed = 1;
     if (failed) return 1;
-    printf("stress: %d threads x %ld operations and 4000 short-lived threads, all blocks intact (%zu heaps)\n", THREADS, operations,
-           after.heap_count);
+    printf("stress: %d threads x %ld operations, 4000 short-lived threads, 20 forks, all blocks intact (%zu heaps)\n", THREADS,
+           operations, after.heap_count);
     return 0;
 }
