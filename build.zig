@@ -86,6 +86,13 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         .{ .name = "st-glibc", .allocator = "glibc", .single_threaded = true, .link_libc = true },
         .{ .name = "st-std-default", .allocator = "std-default", .single_threaded = true },
     };
+    const launch = b.addExecutable(.{ .name = "bench-launch", .root_module = b.createModule(.{
+        .root_source_file = b.path("bench/launch.zig"),
+        .target = target,
+        .optimize = .fast,
+        .link_libc = true,
+    }) });
+    bench_step.dependOn(&b.addInstallArtifact(launch, .{ .dest_dir = .{ .override = .{ .custom = "bench" } } }).step);
     for (entries) |entry| {
         if (!entry.enabled) continue;
         const options = b.addOptions();

@@ -59,6 +59,10 @@ DETAILS = [
     ("fragmentation", "rss_over_live", "fragmentation: RSS at end over live bytes"),
 ]
 PEER_LIBRARIES = {"mimalloc": "libmimalloc.so", "jemalloc": "libjemalloc.so"}
+# Runtime libraries for LD_PRELOAD (the -dev packages' libraries above are
+# the link-time names of the same files).
+PRELOAD_LIBRARIES = {"mimalloc": "libmimalloc.so.2", "jemalloc": "libjemalloc.so.2"}
+PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc"]
 
 
 def log(msg):
@@ -125,6 +129,72 @@ def run_measured(section, allocator, workload, scale):
     return wall, peak, metrics
 
 
+# ---- Real programs under LD_PRELOAD ----------------------------------------
+
+
+def launch(cmd, env):
+    """Runs cmd under bench-launch; returns (seconds, peak RSS bytes)."""
+    proc = subprocess.run([os.path.join(BIN, "bench-launch")] + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = [l for l in proc.stderr.splitlines() if l.startswith("launch ")]
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-300:]}")
+    _, seconds, rss, _ = line[-1].split()
+    return float(seconds), int(rss)
+
+
+def preload_env(allocator, libraries):
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if allocator != "glibc":
+        env["LD_PRELOAD"] = libraries[allocator]
+    return env
+
+
+def run_redis(env, requests):
+    """redis-server under the allocator, answering a bounded redis-benchmark
+    run (not preloaded); returns (benchmark seconds, server peak RSS)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [os.path.join(BIN, "bench-launch"), shutil.which("redis-server"), "--port", str(port), "--save", "", "--appendonly", "no"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    cli = shutil.which("redis-cli")
+    for _ in range(100):
+        if subprocess.run([cli, "-p", str(port), "ping"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    start = time.perf_counter()
+    bench = subprocess.run(
+        [shutil.which("redis-benchmark"), "-p", str(port), "-n", str(requests), "-c", "50", "-r", "100000", "-d", "256", "-q",
+         "-t", "set,get,lpush,lpop,hset,incr"],
+        capture_output=True, text=True,
+    )
+    seconds = time.perf_counter() - start
+    subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
+    _, err = server.communicate()
+    line = [l for l in err.splitlines() if l.startswith("launch ")]
+    if bench.returncode != 0 or not line:
+        raise RuntimeError(f"redis failed: {bench.stderr[-300:]} {err[-300:]}")
+    return seconds, int(line[-1].split()[2])
+
+
+def preload_programs(scale):
+    programs = []
+    python = shutil.which("python3")
+    lua = shutil.which("lua5.4")
+    if python:
+        programs.append(("python3 (allocation-heavy script)", lambda env: launch([python, os.path.join(ROOT, "tests/preload/alloc_heavy.py")], env)))
+    if lua:
+        programs.append(("lua5.4 (table-heavy script)", lambda env: launch([lua, os.path.join(ROOT, "tests/preload/tables.lua")], env)))
+    if shutil.which("redis-server") and shutil.which("redis-benchmark") and shutil.which("redis-cli"):
+        requests = max(10000, int(200000 * scale))
+        programs.append((f"redis-server ({requests} requests x 6 commands)", lambda env: run_redis(env, requests)))
+    return programs
+
+
 def geomean(values):
     values = [v for v in values if v and v > 0]
     if not values:
@@ -156,8 +226,22 @@ def machine_description():
     return f"{os.cpu_count()} cores ({cpu}){mem}, Linux {platform.release()}"
 
 
+def library_path(name):
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    except OSError:
+        out = ""
+    for line in out.splitlines():
+        if line.strip().startswith(name + " ") and "=>" in line:
+            return line.split("=>", 1)[1].strip()
+    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]:
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return None
+
+
 def build(zig, peers):
-    cmd = [zig, "build", "bench"] + [f"-D{p}={'true' if peers[p] else 'false'}" for p in peers]
+    cmd = [zig, "build", "install", "bench"] + [f"-D{p}={'true' if peers[p] else 'false'}" for p in peers]
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True)
 
@@ -317,9 +401,13 @@ def run_benchmarks(args, peers):
                 tag = "" if section == "mt" else " (st)"
                 log(f"[{elapsed / 60:5.1f} min] {workload + tag:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
     rows = summarize(results)
+    preload_rows = []
+    if not args.only and not args.no_preload:
+        preload_rows = run_preload(args, peers, start)
     elapsed = time.perf_counter() - start
     command = "make bench" + (" QUICK=1" if args.quick else "")
     text, _ = render(rows, allocators_by_section, command, elapsed)
+    text += render_preload(preload_rows)
     print()
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
@@ -331,6 +419,68 @@ def run_benchmarks(args, peers):
     log(f"wrote bench/results/{stem}.md, {stem}.csv" + (f", {stem}.png" if charted else ""))
     failures = sum(1 for per in results.values() for runs in per.values() if len(runs) < args.runs)
     return 1 if failures else 0
+
+
+def run_preload(args, peers, start):
+    libraries = {"kennel": os.path.join(ROOT, "zig-out", "lib", "libkennel.so")}
+    for name, lib in PRELOAD_LIBRARIES.items():
+        path = library_path(lib)
+        if path:
+            libraries[name] = path
+    allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
+    programs = preload_programs(args.scale)
+    if not programs:
+        log("no real programs installed for the LD_PRELOAD section (python3, lua5.4, redis-server)")
+        return []
+    rows = []
+    for name, run in programs:
+        results = {a: [] for a in allocators}
+        for k in range(1, args.runs + 1):
+            for a in allocators:
+                try:
+                    results[a].append(run(preload_env(a, libraries)))
+                except RuntimeError as e:
+                    log(f"  FAILED: {a}: {e}")
+                    continue
+                wall, rss = results[a][-1]
+                log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
+        row = {"workload": name}
+        for a, runs in results.items():
+            if runs:
+                row[a] = {"time": statistics.median(r[0] for r in runs), "rss": statistics.median(r[1] for r in runs)}
+        rows.append(row)
+    return rows
+
+
+def render_preload(rows):
+    if not rows:
+        return ""
+    allocators = [a for a in PRELOAD_ALLOCATORS if any(a in r for r in rows)]
+    lines = ["### Real programs under LD_PRELOAD", "",
+             "Wall time of the program (redis: of redis-benchmark against the server) and peak RSS of the program (redis: of the server), medians, "
+             "with the ratio to kennel. glibc is the program without LD_PRELOAD.", "",
+             "| program | " + " | ".join(allocators) + " |", "| --- | " + " | ".join("---" for _ in allocators) + " |"]
+    time_ratios = {a: [] for a in allocators}
+    rss_ratios = {a: [] for a in allocators}
+    for row in rows:
+        base = row.get("kennel")
+        cells = []
+        for a in allocators:
+            cell = row.get(a)
+            if cell is None:
+                cells.append("—")
+            elif base:
+                tr, rr = cell["time"] / base["time"], cell["rss"] / base["rss"]
+                time_ratios[a].append(tr)
+                rss_ratios[a].append(rr)
+                cells.append(f"{cell['time']:.3f} s ({tr:.2f}x)<br>{cell['rss'] / 2**20:.1f} MiB ({rr:.2f}x)")
+            else:
+                cells.append(f"{cell['time']:.3f} s<br>{cell['rss'] / 2**20:.1f} MiB")
+        lines.append(f"| {row['workload']} | " + " | ".join(cells) + " |")
+    lines.append("| **geometric mean, time** | " + " | ".join(fmt_ratio(geomean(time_ratios[a])) for a in allocators) + " |")
+    lines.append("| **geometric mean, peak RSS** | " + " | ".join(fmt_ratio(geomean(rss_ratios[a])) for a in allocators) + " |")
+    lines.append("")
+    return "\n" + "\n".join(lines)
 
 
 def callgrind_instructions(cmd):
@@ -389,6 +539,7 @@ def main():
     parser.add_argument("--allocators", help="comma-separated allocators (kennel always runs)")
     parser.add_argument("--instr", action="store_true", help="instruction counts with callgrind instead")
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--no-preload", action="store_true", help="skip the real programs under LD_PRELOAD")
     args = parser.parse_args()
     if args.runs is None:
         args.runs = 1 if args.quick else 5
