@@ -167,7 +167,7 @@ pub const Heap = struct {
                 block.next = page.free;
                 page.free = block;
                 page.setUsed(page.used - 1);
-                if (page.used == 0) {
+                if (page.used == 0 and !page.retained) {
                     @branchHint(.unlikely);
                     heap.retireAfterFree(page);
                 }
@@ -193,14 +193,31 @@ pub const Heap = struct {
 
     // ==== Allocation, slow paths ========================================
 
-    fn allocSlow(heap_or_empty: *Heap, len: usize, alignment: usize) ?[*]u8 {
+    /// Sizes above the direct range: compute the class and pop from its
+    /// first page. The heap may still be `empty` (its queues are empty, so
+    /// that ends in allocGeneric, which sets the thread up).
+    noinline fn allocSlow(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
+        if (len -% 1 < size_class.block_size_max_bytes and alignment <= segment_mod.block_align_max_bytes) {
+            const size = std.mem.alignForward(usize, len, alignment);
+            if (size <= size_class.block_size_max_bytes) {
+                const class = size_class.ofSize(size);
+                if (heap.queues[class].first) |page| {
+                    if (page.free != null) return page.pop();
+                }
+                return heap.allocGeneric(class);
+            }
+        }
+        return heap.allocRare(len, alignment);
+    }
+
+    /// Zero bytes, huge sizes and alignments above 4 KiB.
+    noinline fn allocRare(heap_or_empty: *Heap, len: usize, alignment: usize) ?[*]u8 {
         const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
         const len_nonzero = @max(len, 1);
         if (alignment > segment_mod.block_align_max_bytes) return heap.allocOverAligned(len_nonzero, alignment);
-        if (len_nonzero > size_class.block_size_max_bytes) return huge.alloc(heap, len_nonzero, alignment);
-        const size = std.mem.alignForward(usize, len_nonzero, alignment);
-        if (size > size_class.block_size_max_bytes) return huge.alloc(heap, len_nonzero, alignment);
-        return heap.allocClass(size_class.ofSize(size));
+        const size = std.math.add(usize, len_nonzero, alignment - 1) catch return huge.alloc(heap, len_nonzero, alignment);
+        if (size & ~(alignment - 1) > size_class.block_size_max_bytes) return huge.alloc(heap, len_nonzero, alignment);
+        return heap.allocClass(size_class.ofSize(size & ~(alignment - 1)));
     }
 
     fn allocClass(heap: *Heap, class: size_class.Class) ?[*]u8 {
@@ -211,8 +228,9 @@ pub const Heap = struct {
     }
 
     /// The first page of the class has no free block: collect, search,
-    /// extend, or take a new page.
-    fn allocGeneric(heap: *Heap, class: size_class.Class) ?[*]u8 {
+    /// extend, or take a new page. Also where a thread gets its heap.
+    noinline fn allocGeneric(heap_or_empty: *Heap, class: size_class.Class) ?[*]u8 {
+        const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
         heap.processNotices();
         heap.purgeIfDue();
         const page = heap.findPage(class) orelse return null;
@@ -283,6 +301,9 @@ pub const Heap = struct {
         }
         heap.queueRemove(page);
         heap.full.pushBack(page);
+        // A retained page in use again is retained no more (the next time it
+        // empties it retires anew); only a class's first page carries it.
+        page.retained = false;
         return true;
     }
 
@@ -300,22 +321,23 @@ pub const Heap = struct {
 
     /// A local free into a page with flags: full, or holding over-aligned
     /// blocks whose pointers may be interior.
-    fn freeLocalFlagged(heap: *Heap, page: *Page, ptr: [*]u8) void {
+    noinline fn freeLocalFlagged(heap: *Heap, page: *Page, ptr: [*]u8) void {
         const block = if (page.flags.has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
         page.push(block);
         if (page.flags.in_full) heap.unfull(page);
         if (page.isEntirelyFree()) heap.retireAfterFree(page);
     }
 
-    /// A free emptied `page`: retire it, then purge if due (a program that
-    /// only frees for a while still gives memory back).
-    fn retireAfterFree(heap: *Heap, page: *Page) void {
-        _ = heap.retirePage(page);
-        heap.purgeIfDue();
+    /// A free emptied `page`: retire it and, if that gave memory back to a
+    /// segment, purge if due (so a program that only frees for a while still
+    /// returns memory). A page kept as its size's only page costs nothing
+    /// more: a loop allocating and freeing one block comes here every time.
+    noinline fn retireAfterFree(heap: *Heap, page: *Page) void {
+        if (heap.retirePage(page) != .nothing) heap.purgeIfDue();
     }
 
     /// A free by a thread that does not own the block's page.
-    fn freeRemote(segment: *Segment, page: *Page, ptr: [*]u8) void {
+    noinline fn freeRemote(segment: *Segment, page: *Page, ptr: [*]u8) void {
         if (segment.kind == .huge) return huge.free(segment);
         if (builtin.single_threaded) unreachable; // One heap owns every page.
         // A block whose owner is gone makes this thread the owner: from then
@@ -406,20 +428,17 @@ pub const Heap = struct {
     fn retirePage(heap: *Heap, page: *Page) Released {
         assert(page.isEntirelyFree() and !page.flags.in_full);
         // Keep a size's only page, so a loop that allocates and frees one
-        // block does not give the page back each time. Large pages are big
-        // enough to return; the spare segments absorb that churn.
-        // ...for the purge delay, after which it goes like the others, and
-        // within a budget, so that a program moving through many sizes does
-        // not keep a page of each.
-        if (heap.queues[page.class].count == 1 and Kind.ofClass(page.class) != .large) {
-            const bit = @as(u128, 1) << @intCast(page.class);
-            if (heap.retained_classes & bit != 0) return .nothing;
-            if (heap.retained_bytes + page.touchedBytes() <= retain_bytes_max) {
-                heap.retained_classes |= bit;
-                heap.retained_bytes += page.touchedBytes();
-                if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
-                return .nothing;
-            }
+        // block does not give the page back each time, for the purge delay
+        // (after which it goes like the others) and within a byte budget, so
+        // that a program moving through many sizes does not keep a page of
+        // each, nor many big ones.
+        if (page.retained) return .nothing;
+        if (heap.queues[page.class].count == 1 and heap.retained_bytes + page.touchedBytes() <= retain_bytes_max) {
+            page.retained = true;
+            heap.retained_classes |= @as(u128, 1) << @intCast(page.class);
+            heap.retained_bytes += page.touchedBytes();
+            if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
+            return .nothing;
         }
         return heap.freePage(page);
     }
@@ -567,13 +586,16 @@ pub const Heap = struct {
         }
     }
 
-    /// Frees the pages kept empty as their class's only page, if still empty.
+    /// Frees the pages kept empty as their class's only page, if still
+    /// empty; those in use again lose the mark.
     fn releaseRetained(heap: *Heap) void {
         var classes = heap.retained_classes;
         heap.retained_classes = 0;
         heap.retained_bytes = 0;
         while (classes != 0) : (classes &= classes - 1) {
             const page = heap.queues[@ctz(classes)].first orelse continue;
+            if (!page.retained) continue;
+            page.retained = false;
             if (page.isEntirelyFree()) _ = heap.freePage(page);
         }
     }
@@ -621,10 +643,9 @@ pub const Heap = struct {
     /// from faulting it all in again.
     pub fn releaseUnused(heap: *Heap) void {
         heap.processNotices();
+        heap.releaseRetained();
         for (&heap.queues) |*queue| heap.collectQueue(queue);
         heap.collectQueue(&heap.full);
-        heap.retained_classes = 0;
-        heap.retained_bytes = 0;
         heap.purge(purge_keep_bytes);
     }
 
@@ -689,6 +710,7 @@ pub const Heap = struct {
             assert(steps > 0);
             steps -= 1;
             queue.remove(page);
+            page.retained = false; // `other`'s bookkeeping, not ours
             if (page.isEntirelyFree() and !page.isNotifying()) {
                 if (page.flags.in_full) page.setFlags(.{ .has_aligned = page.flags.has_aligned });
                 _ = heap.releasePage(Segment.ofPtr(page), page);

@@ -77,6 +77,10 @@ pub const Page = extern struct {
     class: size_class.Class = 0,
     /// Position in the segment's page array.
     index: u8 = 0,
+    /// Kept, empty, as its size's only page (Heap.retirePage); tested first
+    /// when a free empties the page, so a loop that allocates and frees one
+    /// block pays one byte test.
+    retained: bool = false,
     /// Blocks linked into a free list at least once: [0, capacity).
     capacity: u32 = 0,
     /// Blocks that fit in the page.

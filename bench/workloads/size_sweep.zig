@@ -119,6 +119,8 @@ pub fn run(gpa: std.mem.Allocator, o: common.Options) void {
 /// group (small, medium, large), nothing else.
 pub fn instructionRun(gpa: std.mem.Allocator, group: []const u8, pairs: usize) void {
     var buffer: [256]usize = undefined;
+    var total: usize = 0;
+    defer common.metric("pairs", @floatFromInt(total), "");
     for (sizes(&buffer)) |size| {
         const in_group = if (std.mem.eql(u8, group, "small"))
             size <= 1024
@@ -127,6 +129,7 @@ pub fn instructionRun(gpa: std.mem.Allocator, group: []const u8, pairs: usize) v
         else
             size > 65536 and size <= 1 << 20;
         if (!in_group) continue;
+        total += pairs;
         for (0..pairs) |i| {
             const block = gpa.alloc(u8, size) catch common.oom();
             block[0] = @truncate(i);
