@@ -410,7 +410,9 @@ pub const Heap = struct {
             return .nothing;
         }
         if (page.flags.in_full) heap.unfull(page);
-        return if (page.isEntirelyFree()) heap.retirePage(page) else .nothing;
+        // The current page is being allocated from: keep it.
+        if (page.isCurrent() or !page.isEntirelyFree()) return .nothing;
+        return heap.retirePage(page);
     }
 
     /// What giving back a page released.
@@ -604,21 +606,33 @@ pub const Heap = struct {
     // The first page of a small class's queue is mirrored in pages_direct.
 
     fn queuePushFront(heap: *Heap, page: *Page) void {
-        heap.queues[page.class].pushFront(page);
-        heap.updateDirect(page.class);
+        const queue = &heap.queues[page.class];
+        if (queue.first) |old| old.setCurrent(false);
+        queue.pushFront(page);
+        heap.firstChanged(page.class);
     }
 
     fn queuePushBack(heap: *Heap, page: *Page) void {
         const queue = &heap.queues[page.class];
         queue.pushBack(page);
-        if (queue.first == page) heap.updateDirect(page.class);
+        if (queue.first == page) heap.firstChanged(page.class);
     }
 
     fn queueRemove(heap: *Heap, page: *Page) void {
         const queue = &heap.queues[page.class];
         const was_first = queue.first == page;
         queue.remove(page);
-        if (was_first) heap.updateDirect(page.class);
+        if (was_first) {
+            page.setCurrent(false);
+            heap.firstChanged(page.class);
+        }
+    }
+
+    /// The first page of `class` changed: mirror it in pages_direct and
+    /// mark it current.
+    fn firstChanged(heap: *Heap, class: size_class.Class) void {
+        if (heap.queues[class].first) |page| page.setCurrent(true);
+        heap.updateDirect(class);
     }
 
     /// Points the direct entries of every size served by `class` at the
@@ -711,6 +725,7 @@ pub const Heap = struct {
             steps -= 1;
             queue.remove(page);
             page.retained = false; // `other`'s bookkeeping, not ours
+            page.setCurrent(false);
             if (page.isEntirelyFree() and !page.isNotifying()) {
                 if (page.flags.in_full) page.setFlags(.{ .has_aligned = page.flags.has_aligned });
                 _ = heap.releasePage(Segment.ofPtr(page), page);

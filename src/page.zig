@@ -86,6 +86,11 @@ pub const Page = extern struct {
     /// Blocks that fit in the page.
     reserved: u32 = 0,
     block_size: u32 = 0,
+    /// First in its class queue: the page the owner allocates from. A remote
+    /// free that empties it need not announce it (the owner is using it),
+    /// which keeps producer/consumer programs off the announcement path.
+    /// Written by the owner, read by remote frees (atomic bytes).
+    is_current: bool = false,
     /// Address of block 0.
     area: [*]u8 = undefined,
     /// Blocks freed by other threads: count | top block | notifying.
@@ -196,6 +201,16 @@ pub const Page = extern struct {
         return @bitCast(@atomicLoad(u8, @as(*const u8, @ptrCast(&page.flags)), .seq_cst));
     }
 
+    pub fn setCurrent(page: *Page, current: bool) void {
+        // Monotonic: a hint for remote frees (see is_current).
+        @atomicStore(bool, &page.is_current, current, .monotonic);
+    }
+
+    pub fn isCurrent(page: *const Page) bool {
+        // Monotonic: see setCurrent.
+        return @atomicLoad(bool, &page.is_current, .monotonic);
+    }
+
     // ---- Cross-thread frees -------------------------------------------
 
     /// Called by a thread that does not own the page. When this free is the
@@ -217,8 +232,9 @@ pub const Page = extern struct {
             announce = old & notifying_bit == 0 and
                 ((top == 0 and page.loadFlags().in_full) or
                     // Monotonic: the owner's own collect or allocation may
-                    // race; both only happen on a page it is using.
-                    count == @atomicLoad(u32, &page.used, .monotonic));
+                    // race; both only happen on a page it is using, and
+                    // its current page needs no announcement at all.
+                    (count == @atomicLoad(u32, &page.used, .monotonic) and !page.isCurrent()));
             block.next = @ptrFromInt(top);
             const new = (count << count_shift) | @intFromPtr(block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
             // SeqCst on success: publishes the block and its contents to the
