@@ -100,6 +100,8 @@ pub const Heap = struct {
     /// Remote frees until this thread next probes whether the owner of the
     /// block it frees is still alive (thread.absorbIfOrphaned).
     remote_frees_until_probe: u32,
+    /// Offset index for the next huge block (huge.zig).
+    huge_color: u32,
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
@@ -123,6 +125,7 @@ pub const Heap = struct {
         .retained_classes = 0,
         .retained_bytes = 0,
         .remote_frees_until_probe = 0,
+        .huge_color = 0,
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),

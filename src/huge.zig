@@ -109,8 +109,22 @@ pub const Cache = struct {
     }
 };
 
-fn blockOffset(alignment: usize) usize {
-    return if (alignment > segment_size_bytes) segment_size_bytes else @max(Segment.header_bytes, alignment);
+/// Huge blocks would all start at the same offset from a segment-aligned
+/// base, so the same low address bits: a program writing several of them in
+/// step (appending to lists side by side) stalls on 4K aliasing and fights
+/// over the same cache sets. Each block therefore starts a "color" further
+/// in, a multiple of 64 bytes below 4 KiB that keeps its alignment, taken in
+/// turn per heap. Costs at most one kernel page of address space.
+const color_step_bytes = 64;
+const color_count = 4096 / color_step_bytes;
+
+fn blockOffset(alignment: usize, color: usize) usize {
+    if (alignment > segment_size_bytes) return segment_size_bytes;
+    const base = @max(Segment.header_bytes, alignment);
+    if (alignment >= 4096) return base;
+    // A multiple of both the step and the alignment, below 4 KiB.
+    const step = @max(alignment, color_step_bytes);
+    return base + (color * step) % 4096;
 }
 
 /// Where the mapping must start: aligned to at least a segment, and such
@@ -134,7 +148,8 @@ pub fn allocZeroed(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
 
 fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: bool) ?[*]u8 {
     assert(len > 0);
-    const offset = blockOffset(alignment);
+    heap.huge_color = (heap.huge_color + 1) % color_count;
+    const offset = blockOffset(alignment, heap.huge_color);
     const total = std.math.add(usize, offset, len) catch return null;
     if (alignment <= segment_size_bytes) {
         if (heap.huge_cache.take(total)) |segment| {
