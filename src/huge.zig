@@ -235,12 +235,18 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
         os.unmap(dest, total);
         return null;
     }
+    // Out of the map before the move: the move unmaps the old range, and
+    // another thread may map a segment there at once and record it; clearing
+    // the bit after that would erase the newcomer's entry.
+    segment_mod.segment_map.remove(segment);
     if (!os.moveInto(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes, dest, total)) {
+        // Its leaf exists, so adding it back cannot fail.
+        const restored = segment_mod.segment_map.add(segment);
+        assert(restored);
         segment_mod.segment_map.remove(@ptrCast(dest));
         os.unmap(dest, total);
         return null;
     }
-    segment_mod.segment_map.remove(segment);
     const base: [*]u8 = dest;
     const moved: *Segment = @ptrCast(dest);
     moved.huge_mapping_bytes = os.pageAlignForward(total).?;

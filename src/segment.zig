@@ -312,11 +312,15 @@ pub const segment_map = struct {
         return true;
     }
 
+    /// Must run before the range is unmapped or moved away (see huge.remap).
     pub fn remove(segment: *const Segment) void {
         if (!config.c_library) return;
         const index = @intFromPtr(segment) >> segment_shift;
         const leaf = leafOf(index, false).?;
-        // Monotonic: after this the header is unmapped; no block in it is live.
+        // Monotonic: no block in the segment is live. Callers remove before
+        // the range goes back to the kernel, so a segment mapped there later
+        // (ordered after us by the kernel's mmap lock) sets its bit after
+        // we clear ours.
         _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchAnd(~(@as(u64, 1) << @intCast(index % 64)), .monotonic);
     }
 

@@ -192,6 +192,54 @@ static int fork_while_allocating(void) {
     return bad;
 }
 
+/* Phase four: realloc moves huge blocks (mremap) while other threads map
+   and unmap their own; the kernel hands a just-vacated range straight to the
+   next mapping, whose blocks must stay valid for free(). Sizes above kennel's
+   64 MiB huge cache, so every free unmaps; only first pages are touched. */
+#define RACE_BYTES ((size_t)72 << 20)
+
+static void *huge_mover(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2000 && !failed; i++) {
+        unsigned char *p = malloc(RACE_BYTES);
+        unsigned char *q = malloc(RACE_BYTES); /* blocks growth in place */
+        if (!p || !q) {
+            failed = 1;
+            break;
+        }
+        p[0] = 0x5a;
+        unsigned char *g = realloc(p, 2 * RACE_BYTES);
+        if (!g || g[0] != 0x5a) {
+            fprintf(stderr, "huge realloc lost its block\n");
+            failed = 1;
+        }
+        free(q);
+        free(g);
+    }
+    return NULL;
+}
+
+static void *huge_churner(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 20000 && !failed; i++) {
+        unsigned char *p = malloc(RACE_BYTES);
+        if (!p) {
+            failed = 1;
+            break;
+        }
+        p[0] = 1;
+        free(p);
+    }
+    return NULL;
+}
+
+static void huge_moves_racing_maps(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, huge_mover, NULL);
+    for (int i = 2; i < 4; i++) pthread_create(&t[i], NULL, huge_churner, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) operations = atol(argv[1]);
     for (int i = 0; i < THREADS; i++) pthread_mutex_init(&inboxes[i].lock, NULL);
@@ -216,8 +264,9 @@ int main(int argc, char **argv) {
         failed = 1;
     }
     if (fork_while_allocating()) failed = 1;
+    huge_moves_racing_maps();
     if (failed) return 1;
-    printf("stress: %d threads x %ld operations, 4000 short-lived threads, 20 forks, all blocks intact (%zu heaps)\n", THREADS,
+    printf("stress: %d threads x %ld operations, 4000 short-lived threads, 20 forks, huge moves racing fresh maps, all blocks intact (%zu heaps)\n", THREADS,
            operations, after.heap_count);
     return 0;
 }
