@@ -4,45 +4,96 @@ pub fn build(b: *std.Build) void {
     const target = b.standardTargetOptions(.{});
     // An allocator is built to be fast: ReleaseFast unless told otherwise.
     const optimize = b.option(std.lang.Optimize, "optimize", "Prioritize performance, safety, or binary size (default: fast)") orelse .fast;
+    const secure = b.option(bool, "secure", "Hardened allocator: checked frees, encoded free lists, guard pages, random block order, canaries") orelse false;
+    var features: Features = if (secure) .secure else .{};
+    features.fill_freed = b.option(bool, "fill-freed", "Fill freed blocks with 0xdf, so reads after free see a pattern") orelse false;
+    features.valgrind = b.option(bool, "valgrind", "Describe blocks to valgrind's memcheck with client requests") orelse false;
+    features.count_requested = b.option(bool, "stats", "Count requested bytes per heap for kennel.stats() (Zig only; two adds per alloc and free)") orelse false;
 
     // The module users import: `b.dependency("kennel", ...).module("kennel")`.
-    _ = b.addModule("kennel", .{
+    const module = b.addModule("kennel", .{
         .root_source_file = b.path("src/root.zig"),
         .target = target,
         .optimize = optimize,
+        .valgrind = if (features.valgrind) true else null,
     });
+    module.addImport("kennel_options", features.module(b));
 
-    const libs = addCLibrary(b, target, optimize);
+    const libs = addCLibrary(b, target, optimize, features);
     addTests(b, target, libs);
     addBench(b, target);
+}
+
+/// The compile-time configuration of one kennel compilation (src/config.zig
+/// reads it from the `kennel_options` module).
+pub const Features = struct {
+    check_frees: bool = false,
+    encode_lists: bool = false,
+    guard_pages: bool = false,
+    randomize: bool = false,
+    canary: bool = false,
+    fill_freed: bool = false,
+    valgrind: bool = false,
+    count_requested: bool = false,
+
+    /// Every hardening feature (fill_freed stays a separate choice).
+    pub const secure: Features = .{ .check_frees = true, .encode_lists = true, .guard_pages = true, .randomize = true, .canary = true };
+
+    pub fn module(f: Features, b: *std.Build) *std.Build.Module {
+        const options = b.addOptions();
+        inline for (comptime std.meta.fieldNames(Features)) |name| {
+            options.addOption(bool, name, @field(f, name));
+        }
+        return options.createModule();
+    }
+};
+
+/// A kennel module (root src/root.zig) of the given configuration.
+fn kennelModule(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features, single_threaded: bool, link_libc: bool) *std.Build.Module {
+    const module = b.createModule(.{
+        .root_source_file = b.path("src/root.zig"),
+        .target = target,
+        .optimize = optimize,
+        .single_threaded = single_threaded,
+        .link_libc = link_libc,
+        .valgrind = if (features.valgrind) true else null,
+    });
+    module.addImport("kennel_options", features.module(b));
+    return module;
 }
 
 const CLibraries = struct { shared: *std.Build.Step.Compile, static: *std.Build.Step.Compile };
 const c_library_version: std.SemanticVersion = .{ .major = 0, .minor = 1, .patch = 0 };
 
-fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize) CLibraries {
+fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features, name: []const u8) CLibraries {
     const module = b.createModule(.{
         .root_source_file = b.path("src/c.zig"),
         .target = target,
         .optimize = optimize,
         .link_libc = true,
         .pic = true,
+        .valgrind = if (features.valgrind) true else null,
     });
+    module.addImport("kennel_options", features.module(b));
     return .{
-        .shared = b.addLibrary(.{ .name = "kennel", .linkage = .dynamic, .root_module = module, .version = c_library_version }),
-        .static = b.addLibrary(.{ .name = "kennel", .linkage = .static, .root_module = module }),
+        .shared = b.addLibrary(.{ .name = name, .linkage = .dynamic, .root_module = module, .version = c_library_version }),
+        .static = b.addLibrary(.{ .name = name, .linkage = .static, .root_module = module }),
     };
 }
 
-/// libkennel.so and libkennel.a (the malloc family, src/c.zig), kennel.h
-/// and a pkg-config file, installed by plain `zig build`.
-fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize) CLibraries {
+/// libkennel.so and libkennel.a (the malloc family, src/c.zig), the
+/// hardened libkennel-secure.so, kennel.h and a pkg-config file, installed
+/// by plain `zig build`.
+fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features) CLibraries {
     const version = c_library_version;
-    const libs = cLibraries(b, target, optimize);
-    const shared = libs.shared;
-    const static = libs.static;
-    b.installArtifact(shared);
-    b.installArtifact(static);
+    const libs = cLibraries(b, target, optimize, features, "kennel");
+    b.installArtifact(libs.shared);
+    b.installArtifact(libs.static);
+    var hardened = features;
+    inline for (comptime std.meta.fieldNames(Features)) |name| {
+        if (@field(Features.secure, name)) @field(hardened, name) = true;
+    }
+    b.installArtifact(cLibraries(b, target, optimize, hardened, "kennel-secure").shared);
     b.installFile("include/kennel.h", "include/kennel.h");
     // Relocatable: the prefix is found from where the file is installed.
     const pc = b.addWriteFiles().add("kennel.pc", b.fmt(
@@ -59,7 +110,7 @@ fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.la
         \\
     , .{version}));
     b.getInstallStep().dependOn(&b.addInstallFileWithDir(pc, .lib, "pkgconfig/kennel.pc").step);
-    return .{ .shared = shared, .static = static };
+    return libs;
 }
 
 /// The benchmark binaries, one per allocator (mimalloc and jemalloc replace
@@ -72,12 +123,21 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
     const entries = [_]struct {
         name: []const u8,
         allocator: []const u8,
+        features: Features = .{},
         single_threaded: bool = false,
         link_libc: bool = false,
         system_library: ?[]const u8 = null,
         enabled: bool = true,
     }{
         .{ .name = "kennel", .allocator = "kennel" },
+        .{ .name = "kennel-secure", .allocator = "kennel", .features = .secure },
+        // Each hardening feature alone, for its cost (make bench-secure).
+        .{ .name = "kennel-check-frees", .allocator = "kennel", .features = .{ .check_frees = true } },
+        .{ .name = "kennel-encode-lists", .allocator = "kennel", .features = .{ .encode_lists = true } },
+        .{ .name = "kennel-guard-pages", .allocator = "kennel", .features = .{ .guard_pages = true } },
+        .{ .name = "kennel-randomize", .allocator = "kennel", .features = .{ .randomize = true } },
+        .{ .name = "kennel-canary", .allocator = "kennel", .features = .{ .canary = true } },
+        .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true } },
         .{ .name = "smp", .allocator = "smp" },
         .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
         .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .system_library = "mimalloc", .enabled = with_mimalloc },
@@ -97,12 +157,7 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         if (!entry.enabled) continue;
         const options = b.addOptions();
         options.addOption([]const u8, "allocator", entry.allocator);
-        const kennel = b.createModule(.{
-            .root_source_file = b.path("src/root.zig"),
-            .target = target,
-            .optimize = .fast,
-            .single_threaded = entry.single_threaded,
-        });
+        const kennel = kennelModule(b, target, .fast, entry.features, entry.single_threaded, false);
         const module = b.createModule(.{
             .root_source_file = b.path("bench/main.zig"),
             .target = target,
@@ -128,6 +183,7 @@ const test_configs = [_]struct {
     optimize: std.lang.Optimize,
     single_threaded: bool = false,
     link_libc: bool = false,
+    features: Features = .{},
 }{
     .{ .name = "debug", .optimize = .debug },
     .{ .name = "release-fast", .optimize = .fast },
@@ -135,7 +191,18 @@ const test_configs = [_]struct {
     .{ .name = "release-safe-libc", .optimize = .safe, .link_libc = true },
     .{ .name = "single-threaded-debug", .optimize = .debug, .single_threaded = true },
     .{ .name = "single-threaded-release-fast", .optimize = .fast, .single_threaded = true },
+    // The hardened configuration must pass everything the fast one does.
+    .{ .name = "secure-debug", .optimize = .debug, .features = Features.secure },
+    .{ .name = "secure-release-fast", .optimize = .fast, .features = withStatsAndFill(Features.secure) },
+    .{ .name = "stats-release-safe-libc", .optimize = .safe, .link_libc = true, .features = .{ .count_requested = true } },
 };
+
+fn withStatsAndFill(features: Features) Features {
+    var f = features;
+    f.count_requested = true;
+    f.fill_freed = true;
+    return f;
+}
 
 fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) void {
     const only = b.option([]const u8, "test-config", "Run the tests of one configuration only (e.g. debug, release-fast; c for the C library)");
@@ -143,13 +210,7 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
     const test_step = b.step("test", "Run all tests in every configuration");
     for (test_configs) |config| {
         if (only) |name| if (!std.mem.eql(u8, name, config.name)) continue;
-        const kennel = b.createModule(.{
-            .root_source_file = b.path("src/root.zig"),
-            .target = target,
-            .optimize = config.optimize,
-            .single_threaded = config.single_threaded,
-            .link_libc = config.link_libc,
-        });
+        const kennel = kennelModule(b, target, config.optimize, config.features, config.single_threaded, config.link_libc);
         const runner: std.Build.Step.Compile.TestRunner = .{ .path = b.path("tests/runner.zig"), .mode = .simple };
         const unit = b.addTest(.{ .name = b.fmt("unit-{s}", .{config.name}), .root_module = kennel, .filters = filters, .test_runner = runner });
         const suite = b.addTest(.{
@@ -171,33 +232,65 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
     if (only == null or std.mem.eql(u8, only.?, "c")) addCTests(b, target, test_step, libs);
 }
 
-/// The C library's tests: conformance, misuse and a multi-threaded stress
-/// in C against a ReleaseSafe build (assertions on), conformance again
-/// against the static library, and real programs under LD_PRELOAD with the
-/// installed ReleaseFast library.
+/// The C library's tests, each a C program linked with a library built
+/// ReleaseSafe (assertions on) and again ReleaseFast where what the
+/// optimizer does matters: conformance (shared, static, hardened), a
+/// multi-threaded stress (fast and hardened), misuse and faults under both
+/// libraries, statistics, memcheck with the valgrind build, and real
+/// programs under LD_PRELOAD with the installed library.
 fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Build.Step, installed: CLibraries) void {
-    const checked = cLibraries(b, target, .safe);
-    const programs = [_]struct { name: []const u8, library: *std.Build.Step.Compile }{
+    const checked = cLibraries(b, target, .safe, .{}, "kennel");
+    const hardened = cLibraries(b, target, .safe, Features.secure, "kennel-secure");
+    const hardened_fast = cLibraries(b, target, .fast, Features.secure, "kennel-secure");
+    const Program = struct { name: []const u8, library: *std.Build.Step.Compile, args: []const []const u8 = &.{} };
+    const programs = [_]Program{
         .{ .name = "conformance", .library = checked.shared },
-        .{ .name = "misuse", .library = checked.shared },
-        .{ .name = "stress", .library = checked.shared },
         .{ .name = "conformance", .library = checked.static },
+        .{ .name = "conformance", .library = hardened.shared },
+        .{ .name = "stress", .library = checked.shared },
+        .{ .name = "stress", .library = hardened.shared },
+        .{ .name = "faults", .library = checked.shared, .args = &.{"fast"} },
+        .{ .name = "faults", .library = installed.shared, .args = &.{"fast"} },
+        .{ .name = "faults", .library = hardened.shared, .args = &.{"secure"} },
+        .{ .name = "faults", .library = hardened_fast.shared, .args = &.{"secure"} },
+        .{ .name = "stats", .library = checked.shared },
     };
     for (programs) |program| {
-        const module = b.createModule(.{ .target = target, .optimize = .safe, .link_libc = true });
-        module.addCSourceFile(.{ .file = b.path(b.fmt("tests/c/{s}.c", .{program.name})), .flags = &.{ "-std=gnu11", "-fno-builtin", "-Wall", "-Wextra", "-Werror" } });
-        module.addIncludePath(b.path("include"));
-        module.linkLibrary(program.library);
-        module.linkSystemLibrary("pthread", .{});
-        const linkage = @tagName(program.library.linkage.?);
-        const exe = b.addExecutable(.{ .name = b.fmt("c-{s}-{s}", .{ program.name, linkage }), .root_module = module });
-        const run = b.addRunArtifact(exe);
+        const run = b.addRunArtifact(cTestProgram(b, target, program.name, program.library));
+        run.addArgs(program.args);
         run.has_side_effects = true;
         test_step.dependOn(&run.step);
     }
+    // Memcheck must see kennel's blocks with the valgrind build, and only
+    // with it (the plain build is the control). For the baseline CPU:
+    // valgrind cannot run AVX-512 code, which a native build may contain.
+    var baseline_query = target.query;
+    baseline_query.cpu_model = .baseline;
+    const baseline = b.resolveTargetQuery(baseline_query);
+    const valgrind_lib = cLibraries(b, baseline, .safe, .{ .valgrind = true }, "kennel-valgrind").shared;
+    const plain_lib = cLibraries(b, baseline, .safe, .{}, "kennel").shared;
+    const memcheck = b.addSystemCommand(&.{"sh"});
+    memcheck.addFileArg(b.path("tests/c/memcheck.sh"));
+    memcheck.addArtifactArg(cTestProgram(b, baseline, "use_after_free", valgrind_lib));
+    memcheck.addArtifactArg(cTestProgram(b, baseline, "use_after_free", plain_lib));
+    memcheck.has_side_effects = true;
+    test_step.dependOn(&memcheck.step);
+
     const preload = b.addSystemCommand(&.{"sh"});
     preload.addFileArg(b.path("tests/preload/run.sh"));
     preload.addArtifactArg(installed.shared);
     preload.has_side_effects = true;
     test_step.dependOn(&preload.step);
+}
+
+/// tests/c/<name>.c linked with `library`.
+fn cTestProgram(b: *std.Build, target: std.Build.ResolvedTarget, name: []const u8, library: *std.Build.Step.Compile) *std.Build.Step.Compile {
+    const module = b.createModule(.{ .target = target, .optimize = .safe, .link_libc = true });
+    module.addCSourceFile(.{ .file = b.path(b.fmt("tests/c/{s}.c", .{name})), .flags = &.{ "-std=gnu11", "-fno-builtin", "-Wall", "-Wextra", "-Werror" } });
+    module.addIncludePath(b.path("include"));
+    module.linkLibrary(library);
+    module.linkSystemLibrary("pthread", .{});
+    const linkage = @tagName(library.linkage.?);
+    const optimize = @tagName(library.root_module.optimize.?);
+    return b.addExecutable(.{ .name = b.fmt("c-{s}-{s}-{s}-{s}", .{ name, library.name, linkage, optimize }), .root_module = module });
 }

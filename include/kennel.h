@@ -41,16 +41,30 @@
  * an interior pointer) and a second free() of a block that is still free
  * print one line naming the pointer on stderr and abort(). A double free is
  * caught while the block has not been handed out again (kennel writes a
- * mark into the second word of every freed block); the hardened build
- * catches more.
+ * mark into the second word of every freed block).
+ *
+ * libkennel-secure.so is the same allocator hardened: free-list links are
+ * encoded and checked (a write after free or an overflow into a free block
+ * aborts when the list is next used), freed marks are per-block secrets set
+ * with an atomic swap (a double free from two threads at once is caught),
+ * segments and huge blocks end in guard pages (an overflow into one aborts
+ * with a message, unless the program handles SIGSEGV itself), fresh pages
+ * hand out blocks in random order, and freed huge blocks are unmapped at
+ * once (a use after free faults). Costs are listed in README.md.
  *
  * Environment, read once at start:
- *   KENNEL_SHOW_STATS=1   print kennel's figures on stderr at exit.
+ *   KENNEL_SHOW_STATS=1   print kn_stats_print(NULL) on stderr at exit.
+ *   KENNEL_VERBOSE=1      print the library's configuration at start, and
+ *                         warnings (a refused mapping, a bad variable).
+ *   KENNEL_FILL_FREED=1   libkennel-secure only: fill freed blocks with 0xdf
+ *                         past their first 16 bytes, so a read after free
+ *                         sees the pattern instead of old data.
  */
 #ifndef KENNEL_H
 #define KENNEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,17 +84,41 @@ size_t kn_malloc_usable_size(void *ptr);
 void kn_free_sized(void *ptr, size_t size);
 void kn_free_aligned_sized(void *ptr, size_t alignment, size_t size);
 
-/* Process-wide figures. */
+/* Size classes: kn_stats reports each. */
+#define KN_CLASS_COUNT 120
+
+struct kn_class_stats {
+    size_t block_size;  /* bytes per block */
+    size_t blocks_live; /* blocks handed out and not freed */
+    size_t pages;       /* pages holding blocks of this class */
+};
+
+/* What kennel holds now, process-wide. Computed on demand from the pages'
+   own metadata (nothing is counted on the allocation paths), so a call walks
+   every segment: exact when other threads are quiet, a close snapshot
+   otherwise. Requested sizes are not known in C (free does not pass them),
+   so there is no figure for requested bytes. */
 struct kn_stats {
-    /* Bytes kennel has mapped from the OS now, and at most so far. */
-    size_t mapped_bytes;
-    size_t mapped_bytes_peak;
-    /* Heaps created: one per thread alive at the same time (ended threads'
-       heaps are reused). */
-    size_t heap_count;
+    size_t block_bytes;       /* bytes in live blocks (block sizes) */
+    size_t committed_bytes;   /* touched and not given back to the OS */
+    size_t mapped_bytes;      /* address space mapped from the OS now */
+    size_t mapped_bytes_peak; /* and at most so far */
+    size_t heap_count;        /* heaps: one per thread alive at once */
+    size_t abandoned_heaps;   /* heaps of ended threads not yet reused */
+    size_t abandoned_pages;   /* pages with live blocks in those heaps */
+    size_t segment_count;     /* 4 MiB segments (in use or kept for reuse) */
+    size_t huge_count;        /* live blocks above 1 MiB, own mappings */
+    size_t huge_bytes;        /* their usable bytes (part of block_bytes) */
+    size_t blocks_live;       /* live blocks of every class and huge */
+    size_t class_count;       /* KN_CLASS_COUNT */
+    struct kn_class_stats classes[KN_CLASS_COUNT];
 };
 
 void kn_stats(struct kn_stats *stats);
+
+/* Prints the same figures, one line each and one per size class in use, to
+   `stream`, or straight to stderr (without stdio) when it is NULL. */
+void kn_stats_print(FILE *stream);
 
 /* Returns the calling thread's unused memory to the OS now (otherwise done
    when the thread ends, or 10 ms after memory is freed). */

@@ -1,27 +1,24 @@
 //! The C ABI: the malloc family under its standard names (and with a kn_
-//! prefix), built into libkennel.so and libkennel.a. The behaviour of each
-//! function, where C leaves a choice, is documented in include/kennel.h.
+//! prefix), built into libkennel.so and libkennel.a, and hardened into
+//! libkennel-secure.so. The behaviour of each function, where C leaves a
+//! choice, is documented in include/kennel.h.
 //!
 //! The Zig allocator knows each block's size and alignment at free; C does
-//! not, and C programs free pointers kennel never returned. So every free()
-//! and realloc() here checks its pointer first, cheaply:
-//! - the segment map (segment.zig) must list the pointer's segment header,
-//!   so a foreign pointer is rejected before anything behind it is read;
-//! - the pointer must be a block start (by a multiply, not a divide), or
-//!   lie in a page that hands out over-aligned blocks;
-//! - the block's second word must not hold `freed_mark`, which free() writes
-//!   and allocation clears: a block freed twice while still free is caught.
-//! A failed check prints one line naming the pointer and aborts.
+//! not, and C programs free pointers kennel never returned. So every free(),
+//! realloc() and malloc_usable_size() here validates its pointer first
+//! (check.zig), and a failed check prints one line naming the pointer and
+//! aborts.
 const std = @import("std");
 const builtin = @import("builtin");
 const os = @import("os.zig");
 const heap_mod = @import("heap.zig");
 const Heap = heap_mod.Heap;
-const segment_mod = @import("segment.zig");
-const Segment = segment_mod.Segment;
-const size_class = @import("size_class.zig");
-const huge = @import("huge.zig");
 const thread = @import("thread.zig");
+const check = @import("check.zig");
+const config = @import("config.zig");
+const secure = @import("secure.zig");
+const stats_mod = @import("stats.zig");
+const size_class = @import("size_class.zig");
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -36,12 +33,6 @@ fn onPanic(message: []const u8, _: ?usize) noreturn {
 
 /// alignof(max_align_t) on x86_64 and aarch64 Linux.
 const max_align_bytes = 16;
-
-/// Written into the second word of every block free() takes, cleared by
-/// every allocation. Blocks of C allocations are at least 16 bytes.
-const freed_mark: usize = 0x4b656e6e656c2046; // "Kennel F"
-
-const Word2 = [2]usize;
 
 // ---- Exports ------------------------------------------------------------
 
@@ -60,6 +51,7 @@ comptime {
     exportBoth("free_sized", &free_sized);
     exportBoth("free_aligned_sized", &free_aligned_sized);
     @export(&kn_stats, .{ .name = "kn_stats" });
+    @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });
     // Run at load and at exit (KENNEL_SHOW_STATS); hidden, not exported.
     @export(&init_entry, .{ .name = "kennel_init_entry", .section = ".init_array", .visibility = .hidden });
@@ -74,21 +66,20 @@ fn exportBoth(comptime name: []const u8, comptime function: anytype) void {
 
 fn malloc(size: usize) callconv(.c) ?*anyopaque {
     const ptr = Heap.alloc(size, max_align_bytes) orelse return outOfMemory();
-    markAllocated(ptr, max_align_bytes);
+    check.afterAlloc(ptr, null, max_align_bytes, false);
     return ptr;
 }
 
 fn free(ptr: ?*anyopaque) callconv(.c) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
-    const block = checked(p, "free");
-    markFreed(p, block);
+    check.beforeFree(p, null, "free");
     Heap.free(p);
 }
 
 fn calloc(count: usize, size: usize) callconv(.c) ?*anyopaque {
     const len = std.math.mul(usize, count, size) catch return outOfMemory();
     const ptr = Heap.allocZeroed(len, max_align_bytes) orelse return outOfMemory();
-    markAllocated(ptr, max_align_bytes);
+    check.afterAlloc(ptr, null, max_align_bytes, true);
     return ptr;
 }
 
@@ -98,10 +89,12 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
         free(ptr);
         return null;
     }
-    _ = checked(p, "realloc");
-    if (Heap.remap(p, max_align_bytes, size)) |moved| return moved;
+    const old_size = check.validate(p, "realloc").usable;
+    if (Heap.remap(p, max_align_bytes, size)) |same_or_moved| {
+        check.afterResize(p, old_size, same_or_moved, null);
+        return same_or_moved;
+    }
     const fresh: [*]u8 = @ptrCast(malloc(size) orelse return null);
-    const old_size = Heap.usableSize(p);
     @memcpy(fresh[0..@min(old_size, size)], p[0..@min(old_size, size)]);
     free(p);
     return fresh;
@@ -121,7 +114,7 @@ fn posix_memalign(result: *?*anyopaque, alignment: usize, size: usize) callconv(
     if (!isPowerOfTwo(alignment) or alignment % @sizeOf(*anyopaque) != 0) return @backingInt(std.c.E.INVAL);
     const a = @max(alignment, max_align_bytes);
     const ptr = Heap.alloc(size, a) orelse return @backingInt(std.c.E.NOMEM);
-    markAllocated(ptr, a);
+    check.afterAlloc(ptr, null, a, false);
     result.* = ptr;
     return 0;
 }
@@ -144,8 +137,7 @@ fn pvalloc(size: usize) callconv(.c) ?*anyopaque {
 
 fn malloc_usable_size(ptr: ?*anyopaque) callconv(.c) usize {
     const p: [*]u8 = @ptrCast(ptr orelse return 0);
-    _ = checked(p, "malloc_usable_size");
-    return Heap.usableSize(p);
+    return check.validate(p, "malloc_usable_size").usable;
 }
 
 fn free_sized(ptr: ?*anyopaque, size: usize) callconv(.c) void {
@@ -159,18 +151,65 @@ fn free_aligned_sized(ptr: ?*anyopaque, alignment: usize, size: usize) callconv(
     free(ptr);
 }
 
-const Stats = extern struct {
+/// struct kn_stats in kennel.h: stats.Stats without the optional.
+const CStats = extern struct {
+    block_bytes: usize,
+    committed_bytes: usize,
     mapped_bytes: usize,
     mapped_bytes_peak: usize,
     heap_count: usize,
+    abandoned_heaps: usize,
+    abandoned_pages: usize,
+    segment_count: usize,
+    huge_count: usize,
+    huge_bytes: usize,
+    blocks_live: usize,
+    class_count: usize,
+    classes: [size_class.class_count]extern struct { block_size: usize, blocks_live: usize, pages: usize },
 };
 
-fn kn_stats(stats: *Stats) callconv(.c) void {
-    stats.* = .{
-        .mapped_bytes = os.mappedBytes(),
-        .mapped_bytes_peak = os.mappedBytesPeak(),
-        .heap_count = thread.heapCount(),
+fn kn_stats(out: *CStats) callconv(.c) void {
+    const s = stats_mod.collect();
+    out.* = .{
+        .block_bytes = s.block_bytes,
+        .committed_bytes = s.committed_bytes,
+        .mapped_bytes = s.mapped_bytes,
+        .mapped_bytes_peak = s.mapped_bytes_peak,
+        .heap_count = s.heap_count,
+        .abandoned_heaps = s.abandoned_heaps,
+        .abandoned_pages = s.abandoned_pages,
+        .segment_count = s.segment_count,
+        .huge_count = s.huge_count,
+        .huge_bytes = s.huge_bytes,
+        .blocks_live = s.blocksLive(),
+        .class_count = size_class.class_count,
+        .classes = undefined,
     };
+    for (&out.classes, s.classes) |*c, from| c.* = .{ .block_size = from.block_size, .blocks_live = from.blocks_live, .pages = from.pages };
+}
+
+extern "c" fn fwrite(ptr: [*]const u8, size: usize, count: usize, stream: *anyopaque) usize;
+
+/// Prints the statistics to `stream`, or to stderr (unbuffered, with
+/// write(2)) when it is NULL.
+fn kn_stats_print(stream: ?*anyopaque) callconv(.c) void {
+    const s = stats_mod.collect();
+    if (stream) |file| {
+        stats_mod.print(&s, file, writeStream);
+    } else stats_mod.print(&s, {}, writeStderr);
+}
+
+fn writeStream(stream: *anyopaque, bytes: []const u8) void {
+    _ = fwrite(bytes.ptr, 1, bytes.len, stream);
+}
+
+fn writeStderr(_: void, bytes: []const u8) void {
+    var written: usize = 0;
+    while (written < bytes.len) {
+        const rc = std.c.write(2, bytes.ptr + written, bytes.len - written);
+        if (rc <= 0) return;
+        written += @intCast(rc);
+    }
 }
 
 fn kn_release_thread_memory() callconv(.c) void {
@@ -187,7 +226,7 @@ fn isPowerOfTwo(x: usize) bool {
 
 fn allocAligned(alignment: usize, size: usize) ?*anyopaque {
     const ptr = Heap.alloc(size, alignment) orelse return outOfMemory();
-    markAllocated(ptr, alignment);
+    check.afterAlloc(ptr, null, alignment, false);
     return ptr;
 }
 
@@ -200,67 +239,6 @@ fn outOfMemory() ?*anyopaque {
     return failWith(.NOMEM);
 }
 
-/// The block containing `ptr` (its start, where the mark lives).
-fn blockOf(ptr: [*]u8, alignment: usize) *Word2 {
-    if (alignment <= segment_mod.block_align_max_bytes) return @ptrCast(@alignCast(ptr));
-    const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return @ptrCast(@alignCast(ptr));
-    return @ptrCast(segment.pageOf(ptr).blockStart(ptr));
-}
-
-fn markAllocated(ptr: [*]u8, alignment: usize) void {
-    blockOf(ptr, alignment)[1] = 0;
-}
-
-fn markFreed(ptr: [*]u8, block: *Word2) void {
-    const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) {
-        // A huge block is its own mapping: `used` says whether it is live.
-        // AcqRel: two threads freeing it at once see each other.
-        if (@cmpxchgStrong(u32, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(ptr);
-        return;
-    }
-    block[1] = freed_mark;
-}
-
-/// Validates a pointer passed to free(), realloc() or malloc_usable_size();
-/// returns its block. Aborts, naming the pointer, when it is not a live
-/// block kennel returned.
-fn checked(ptr: [*]u8, comptime function: []const u8) *Word2 {
-    const address = @intFromPtr(ptr);
-    // The map first, on the address alone: nothing behind a foreign
-    // pointer may be read (and its segment address may even be 0).
-    if (!segment_mod.segment_map.contains((address -% 1) & ~@as(usize, segment_mod.segment_size_bytes - 1)))
-        invalid(function, ptr, "not allocated by kennel");
-    const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) {
-        if (ptr != segment.pages[0].area) invalid(function, ptr, "points into the middle of a block");
-        // Monotonic: a racing free is caught by the CAS in markFreed.
-        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(ptr);
-        return @ptrCast(@alignCast(ptr));
-    }
-    const page = segment.pageOf(ptr);
-    // Monotonic: the page of a live block was set up before the block was
-    // handed out, which happened before the caller got the pointer.
-    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
-    if (free_pages & (@as(u64, 1) << @intCast(page.index)) != 0) invalid(function, ptr, "in memory kennel does not use (freed twice?)");
-    const offset = address -% @intFromPtr(page.area);
-    if (offset >= @as(usize, page.reserved) * page.block_size) invalid(function, ptr, "not the start of a block");
-    const start = size_class.blockIndex(page.class, offset) * page.block_size;
-    if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
-    const block: *Word2 = @ptrCast(@alignCast(page.area + start));
-    if (block[1] == freed_mark) doubleFree(ptr);
-    return block;
-}
-
-fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) noreturn {
-    os.fatal(function ++ "(): invalid pointer 0x{x}: " ++ why, .{@intFromPtr(ptr)});
-}
-
-fn doubleFree(ptr: [*]u8) noreturn {
-    os.fatal("free(): double free of 0x{x}", .{@intFromPtr(ptr)});
-}
-
 // ---- Start and exit -----------------------------------------------------
 
 const InitFn = *const fn () callconv(.c) void;
@@ -269,16 +247,73 @@ const fini_entry: InitFn = &onExit;
 
 var show_stats = false;
 
+/// Reads the environment once, at load (getenv does not allocate):
+/// KENNEL_SHOW_STATS, KENNEL_VERBOSE, KENNEL_FILL_FREED (hardened library).
 fn onLoad() callconv(.c) void {
-    // getenv does not allocate.
-    if (std.c.getenv("KENNEL_SHOW_STATS")) |value| show_stats = value[0] == '1';
+    show_stats = envFlag("KENNEL_SHOW_STATS");
+    os.verbose = envFlag("KENNEL_VERBOSE");
+    if (config.fill_freed_available) secure.fill_freed = envFlag("KENNEL_FILL_FREED") or config.fill_freed_default;
+    if (config.hardening.guard_pages) guard_handler.install();
+    if (os.verbose) describe();
 }
 
 fn onExit() callconv(.c) void {
-    if (!show_stats) return;
-    var buf: [256]u8 = undefined;
-    const line = std.fmt.bufPrint(&buf, "kennel: {d} bytes mapped, peak {d} bytes, {d} heaps\n", .{
-        os.mappedBytes(), os.mappedBytesPeak(), thread.heapCount(),
-    }) catch return;
-    _ = std.c.write(2, line.ptr, line.len);
+    if (show_stats) kn_stats_print(null);
 }
+
+/// Whether the variable is set to 1; any other value but 0 is reported.
+fn envFlag(comptime name: [:0]const u8) bool {
+    const value = std.mem.span(std.c.getenv(name) orelse return false);
+    if (std.mem.eql(u8, value, "1")) return true;
+    if (!std.mem.eql(u8, value, "0")) os.warn(name ++ "={s} is neither 0 nor 1; taken as 0", .{value});
+    return false;
+}
+
+/// KENNEL_VERBOSE: what this library is and how it is configured.
+fn describe() void {
+    const h = config.hardening;
+    os.note("kennel {s} library: {d} size classes up to {d} bytes, segments of {d} bytes", .{
+        if (config.secure) "hardened" else "fast", size_class.class_count, size_class.block_size_max_bytes, @import("segment.zig").segment_size_bytes,
+    });
+    os.note("hardening: checked frees {s}, encoded free lists {s}, guard pages {s}, random block order {s}, fill freed {s}", .{
+        onOff(h.check_frees), onOff(h.encode_lists), onOff(h.guard_pages), onOff(h.randomize), onOff(config.fill_freed_available and secure.fill_freed),
+    });
+    os.note("free memory returns to the OS after {d} ms (at once past {d} bytes per heap); statistics at exit {s}", .{
+        heap_mod.purge_delay_ns / std.time.ns_per_ms, heap_mod.purge_cap_bytes, onOff(show_stats),
+    });
+}
+
+fn onOff(on: bool) []const u8 {
+    return if (on) "on" else "off";
+}
+
+/// Hardened: a SIGSEGV handler that names kennel's guard pages. Installed
+/// at load only if the program has none yet (a program's own handler,
+/// installed later, replaces it). A fault elsewhere goes on as if the
+/// handler did not exist: default action, re-raised.
+const guard_handler = struct {
+    fn install() void {
+        var old: std.c.Sigaction = undefined;
+        if (std.c.sigaction(.SEGV, null, &old) != 0) return;
+        if (old.handler.handler != std.c.SIG.DFL) {
+            os.warn("the program handles SIGSEGV already; overflows into guard pages will not be named", .{});
+            return;
+        }
+        var action: std.c.Sigaction = .{
+            .handler = .{ .sigaction = onFault },
+            .mask = undefined,
+            .flags = std.c.SA.SIGINFO | std.c.SA.RESETHAND,
+        };
+        _ = std.c.sigemptyset(&action.mask);
+        _ = std.c.sigaction(.SEGV, &action, null);
+    }
+
+    fn onFault(_: std.c.SIG, info: *const std.c.siginfo_t, _: ?*anyopaque) callconv(.c) void {
+        const address = @intFromPtr(info.fields.sigfault.addr);
+        if (check.guardHit(address)) |base| {
+            os.fatal("heap overflow: access to the guard page at 0x{x} (end of the kennel mapping at 0x{x})", .{ address, base });
+        }
+        // SA_RESETHAND restored the default: returning re-runs the access,
+        // which now ends the process as it would have without us.
+    }
+};

@@ -34,6 +34,7 @@ const SegmentList = segment_mod.SegmentList;
 const Kind = segment_mod.Kind;
 const huge = @import("huge.zig");
 const thread = @import("thread.zig");
+const config = @import("config.zig");
 
 /// Requests up to this size (and alignment) take the direct fast path.
 pub const direct_size_max_bytes = 1024;
@@ -102,6 +103,11 @@ pub const Heap = struct {
     remote_frees_until_probe: u32,
     /// Offset index for the next huge block (huge.zig).
     huge_color: u32,
+    /// Generator state for random block order (hardened; never 0 there).
+    random: u64,
+    /// Bytes requested by this heap's thread minus bytes it freed (wrapping;
+    /// config.count_requested only). Summed over heaps by stats.zig.
+    requested_bytes: usize,
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
@@ -126,6 +132,8 @@ pub const Heap = struct {
         .retained_bytes = 0,
         .remote_frees_until_probe = 0,
         .huge_color = 0,
+        .random = 0,
+        .requested_bytes = 0,
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
@@ -149,7 +157,7 @@ pub const Heap = struct {
             const page = heap.pages_direct[(size + size_class.word_bytes - 1) / size_class.word_bytes];
             if (page.free) |block| {
                 @branchHint(.likely);
-                page.free = block.next;
+                page.free = page.nextFree(block);
                 page.setUsed(page.used + 1);
                 return @ptrCast(block);
             }
@@ -167,7 +175,7 @@ pub const Heap = struct {
             if (@as(u8, @bitCast(page.flags)) == 0) {
                 @branchHint(.likely);
                 const block: *Block = @ptrCast(@alignCast(ptr));
-                block.next = page.free;
+                block.setNext(page.free);
                 page.free = block;
                 page.setUsed(page.used - 1);
                 if (page.used == 0 and !page.retained) {
@@ -281,7 +289,7 @@ pub const Heap = struct {
             if (page.free == null) page.collect();
             if (page.free != null) return page;
             if (page.capacity < page.reserved) {
-                page.extend();
+                heap.extendPage(page);
                 return page;
             }
             if (!heap.parkFull(page)) return page;
@@ -315,9 +323,17 @@ pub const Heap = struct {
         const segment = Segment.ofPtr(page);
         const area = segment.pageArea(page.index);
         page.init(class, area.ptr, area.len);
-        page.extend();
+        // Hardened: no block of the page is live (see Segment.live_map_bytes).
+        if (config.hardening.check_frees) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
+        heap.extendPage(page);
         heap.queuePushFront(page);
         return page;
+    }
+
+    /// Links the page's next chunk of fresh blocks, in random order when
+    /// hardened.
+    fn extendPage(heap: *Heap, page: *Page) void {
+        if (config.hardening.randomize) page.extendShuffled(&heap.random) else page.extend();
     }
 
     // ==== Free, slow paths ==============================================

@@ -19,6 +19,15 @@
 //! in a loop then pays neither mmap nor page faults. Cached mappings count
 //! as the heap's free memory and are unmapped by its purge (after the purge
 //! delay, or at once past the cap).
+//!
+//! Hardened (config.secure), a freed mapping goes straight back to the OS,
+//! so a use after free faults, and with guard pages the mapping ends in an
+//! inaccessible page right after the block's last page:
+//!
+//!   [header | padding | block | guard]
+//!
+//! The guard is part of `huge_mapping_bytes`. It is in the way of growing
+//! in place, so growing always moves (mremap, no copy).
 const std = @import("std");
 const assert = std.debug.assert;
 const os = @import("os.zig");
@@ -27,6 +36,7 @@ const Segment = segment_mod.Segment;
 const segment_size_bytes = segment_mod.segment_size_bytes;
 const Heap = @import("heap.zig").Heap;
 const thread = @import("thread.zig");
+const config = @import("config.zig");
 
 /// Cached mappings per heap.
 pub const cache_count_max = 8;
@@ -120,7 +130,7 @@ const color_count = 4096 / color_step_bytes;
 
 fn blockOffset(alignment: usize, color: usize) usize {
     if (alignment > segment_size_bytes) return segment_size_bytes;
-    const base = @max(Segment.header_bytes, alignment);
+    const base = @max(Segment.metadata_bytes, alignment);
     if (alignment >= 4096) return base;
     // A multiple of both the step and the alignment, below 4 KiB.
     const step = @max(alignment, color_step_bytes);
@@ -151,7 +161,7 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
     heap.huge_color = (heap.huge_color + 1) % color_count;
     const offset = blockOffset(alignment, heap.huge_color);
     const total = std.math.add(usize, offset, len) catch return null;
-    if (alignment <= segment_size_bytes) {
+    if (alignment <= segment_size_bytes and !config.secure) {
         if (heap.huge_cache.take(total)) |segment| {
             heap.dirty_bytes -= segment.huge_mapping_bytes;
             const block = setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
@@ -159,12 +169,32 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
             return block;
         }
     }
-    const base = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    const mapping = mappingBytes(total) orelse return null;
+    const base = mapGuarded(mapping, alignment) orelse return null;
     if (!segment_mod.segment_map.add(@ptrCast(base))) {
-        os.unmap(base, total);
+        os.unmap(base, mapping);
         return null;
     }
-    return setHeader(@ptrCast(base), os.pageAlignForward(total).?, offset, alignment);
+    return setHeader(@ptrCast(base), mapping, offset, alignment);
+}
+
+/// The length of a mapping whose header and block take `total` bytes:
+/// whole kernel pages, and the guard page when hardened.
+fn mappingBytes(total: usize) ?usize {
+    const pages = os.pageAlignForward(total) orelse return null;
+    return std.math.add(usize, pages, segment_mod.guardBytes()) catch null;
+}
+
+/// Maps `mapping` bytes for a block of `alignment`, its last page a guard
+/// when hardened.
+fn mapGuarded(mapping: usize, alignment: usize) ?[*]align(os.page_size_min_bytes) u8 {
+    const base = os.map(mapping, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    const guard = segment_mod.guardBytes();
+    if (guard > 0 and !os.protectNone(base + mapping - guard, guard)) {
+        os.unmap(base, mapping);
+        return null;
+    }
+    return base;
 }
 
 fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: usize) [*]u8 {
@@ -196,8 +226,10 @@ fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: 
 pub fn free(segment: *Segment) void {
     assert(segment.kind == .huge);
     const heap = thread.current();
-    if (heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
+    if (config.secure or heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
         segment.huge_alignment > segment_size_bytes) return unmap(segment);
+    // Monotonic: a cached mapping holds no live block (statistics read it).
+    @atomicStore(u32, &segment.pages[0].used, 0, .monotonic);
     const change = heap.huge_cache.put(segment);
     if (change >= 0) heap.dirty_bytes += @intCast(change) else heap.dirty_bytes -= @intCast(-change);
     heap.dirtyGrew();
@@ -210,14 +242,23 @@ fn unmap(segment: *Segment) void {
 
 pub fn usableSize(segment: *Segment) usize {
     assert(segment.kind == .huge);
-    return segment.huge_mapping_bytes - segment.huge_block_offset;
+    return segment.huge_mapping_bytes - segment_mod.guardBytes() - segment.huge_block_offset;
 }
 
 pub fn resizeInPlace(segment: *Segment, new_len: usize) bool {
     assert(segment.kind == .huge);
     const total = std.math.add(usize, segment.huge_block_offset, new_len) catch return false;
-    if (!os.remapInPlace(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes, total)) return false;
-    segment.huge_mapping_bytes = os.pageAlignForward(total).?;
+    const mapping = mappingBytes(total) orelse return false;
+    const guard = segment_mod.guardBytes();
+    const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+    if (guard > 0) {
+        // The guard is in the way of growing; shrinking moves it down.
+        if (mapping > segment.huge_mapping_bytes) return false;
+        if (mapping == segment.huge_mapping_bytes) return true;
+        if (!os.protectNone(base + mapping - guard, guard)) return false;
+    }
+    if (!os.remapInPlace(base, segment.huge_mapping_bytes, mapping)) return false;
+    segment.huge_mapping_bytes = mapping;
     return true;
 }
 
@@ -227,29 +268,35 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     const offset = segment.huge_block_offset;
     if (resizeInPlace(segment, new_len)) return @as([*]u8, @ptrCast(segment)) + offset;
     const total = std.math.add(usize, offset, new_len) catch return null;
+    const mapping = mappingBytes(total) orelse return null;
     const alignment = segment.huge_alignment;
+    const guard = segment_mod.guardBytes();
     // Reserve the destination and record it in the segment map before any
     // page moves, so that failing leaves the block where it was.
-    const dest = os.map(total, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    const dest = mapGuarded(mapping, alignment) orelse return null;
     if (!segment_mod.segment_map.add(@ptrCast(dest))) {
-        os.unmap(dest, total);
+        os.unmap(dest, mapping);
         return null;
     }
     // Out of the map before the move: the move unmaps the old range, and
     // another thread may map a segment there at once and record it; clearing
     // the bit after that would erase the newcomer's entry.
     segment_mod.segment_map.remove(segment);
-    if (!os.moveInto(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes, dest, total)) {
+    const old: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+    const old_mapping = segment.huge_mapping_bytes;
+    // Only the accessible part moves; the destination keeps its own guard.
+    if (!os.moveInto(old, old_mapping - guard, dest, mapping - guard)) {
         // Its leaf exists, so adding it back cannot fail.
         const restored = segment_mod.segment_map.add(segment);
         assert(restored);
         segment_mod.segment_map.remove(@ptrCast(dest));
-        os.unmap(dest, total);
+        os.unmap(dest, mapping);
         return null;
     }
+    if (guard > 0) os.unmap(@alignCast(old + old_mapping - guard), guard);
     const base: [*]u8 = dest;
     const moved: *Segment = @ptrCast(dest);
-    moved.huge_mapping_bytes = os.pageAlignForward(total).?;
+    moved.huge_mapping_bytes = mapping;
     moved.pages[0].area = base + offset;
     assert(Segment.ofPtr(base + offset) == moved);
     return base + offset;

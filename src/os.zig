@@ -105,7 +105,10 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?[*]align(page_size_min_
     const slack = if (alignment > page) alignment else 0;
     const request = std.math.add(usize, len_aligned, slack) catch return null;
     const rc = linux.mmap(null, request, .{ .READ = true, .WRITE = true }, .{ .TYPE = .PRIVATE, .ANONYMOUS = true, .NORESERVE = true }, -1, 0);
-    if (linux.errno(rc) != .SUCCESS) return null;
+    if (linux.errno(rc) != .SUCCESS) {
+        warn("out of memory: the kernel refused a mapping of {d} bytes ({s})", .{ request, @tagName(linux.errno(rc)) });
+        return null;
+    }
     const raw = rc;
     const start = std.mem.alignForward(usize, raw + offset, @max(alignment, page)) - offset;
     assert(start >= raw);
@@ -142,6 +145,13 @@ pub fn purge(ptr: [*]u8, len: usize) void {
     // RSS follows the live set in the measurements users make. A failure only
     // means the memory stays resident, which is harmless.
     _ = linux.madvise(@ptrFromInt(start), end - start, linux.MADV.DONTNEED);
+}
+
+/// Makes [ptr, ptr+len) inaccessible (a guard page); false if the kernel
+/// refuses (out of memory for the split mapping).
+pub fn protectNone(ptr: [*]u8, len: usize) bool {
+    assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
+    return linux.errno(linux.mprotect(ptr, len, .{})) == .SUCCESS;
 }
 
 /// Grows or shrinks the mapping [ptr, ptr+old_len) to new_len without
@@ -208,9 +218,11 @@ pub fn threadIsAlive(pid: Pid, tid: Pid) bool {
     return linux.errno(rc) != .SRCH;
 }
 
-/// Writes a message to stderr without allocating and aborts the process.
-/// Used for misuse that must not be survived silently (invalid frees).
-pub fn fatal(comptime fmt: []const u8, args: anytype) noreturn {
+/// KENNEL_VERBOSE (C library): print `note`s and `warn`ings on stderr.
+pub var verbose = false;
+
+/// One line on stderr, "kennel: ..." (without allocating).
+fn writeLine(comptime fmt: []const u8, args: anytype) void {
     var buf: [512]u8 = undefined;
     const msg = std.fmt.bufPrint(&buf, "kennel: " ++ fmt ++ "\n", args) catch buf[0..];
     var written: usize = 0;
@@ -219,6 +231,22 @@ pub fn fatal(comptime fmt: []const u8, args: anytype) noreturn {
         if (linux.errno(rc) != .SUCCESS) break;
         written += rc;
     }
+}
+
+/// A line of information, when verbose.
+pub fn note(comptime fmt: []const u8, args: anytype) void {
+    if (verbose) writeLine(fmt, args);
+}
+
+/// Something the user may want to know went wrong, when verbose.
+pub fn warn(comptime fmt: []const u8, args: anytype) void {
+    if (verbose) writeLine("warning: " ++ fmt, args);
+}
+
+/// Writes a message to stderr without allocating and aborts the process.
+/// Used for misuse that must not be survived silently (invalid frees).
+pub fn fatal(comptime fmt: []const u8, args: anytype) noreturn {
+    writeLine(fmt, args);
     if (builtin.link_libc) std.c.abort();
     // Without libc: raise SIGABRT on ourselves, then make sure we end.
     _ = linux.tgkill(linux.getpid(), linux.gettid(), .ABRT);

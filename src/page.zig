@@ -30,10 +30,22 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 const size_class = @import("size_class.zig");
+const config = @import("config.zig");
+const secure = @import("secure.zig");
+const os = @import("os.zig");
+const memcheck = @import("memcheck.zig");
 
-/// A free block: its first word links to the next free block.
+/// A free block: its first word links to the next free block. The word is
+/// an address, or with encoded lists (secure.zig) an encoding of one; read
+/// and write it only through `Page.nextFree` and `Block.setNext`.
 pub const Block = extern struct {
-    next: ?*Block,
+    link: usize,
+
+    pub inline fn setNext(block: *Block, next: ?*Block) void {
+        memcheck.wordAccess(&block.link);
+        block.link = secure.encodeLink(@intFromPtr(block), @intFromPtr(next));
+        memcheck.wordDone(&block.link);
+    }
 };
 
 /// Smallest block: it must hold the free-list link.
@@ -129,12 +141,48 @@ pub const Page = extern struct {
         var block: *Block = @ptrCast(@alignCast(first));
         for (1..count) |_| {
             const next: *Block = @ptrCast(@alignCast(@as([*]u8, @ptrCast(block)) + block_size));
-            block.next = next;
+            block.setNext(next);
             block = next;
         }
-        block.next = page.free;
+        block.setNext(page.free);
         page.free = @ptrCast(@alignCast(first));
         page.capacity += @intCast(count);
+    }
+
+    /// Like `extend`, but links the chunk in a random order (hardened
+    /// configuration), drawing from the generator `random`.
+    pub fn extendShuffled(page: *Page, random: *u64) void {
+        assert(page.capacity < page.reserved);
+        const block_size: usize = page.block_size;
+        const count = @min(page.reserved - page.capacity, @max(1, extend_bytes_max / block_size));
+        var order_buffer: [extend_bytes_max / block_size_min_bytes]u16 = undefined;
+        const order = order_buffer[0..count];
+        secure.shuffle(random, order);
+        const first = page.area + page.capacity * block_size;
+        var next = page.free;
+        for (order) |i| {
+            const block: *Block = @ptrCast(@alignCast(first + i * block_size));
+            block.setNext(next);
+            next = block;
+        }
+        page.free = next;
+        page.capacity += @intCast(count);
+    }
+
+    /// The block after `block` on one of this page's free lists. With
+    /// encoded lists the link is checked: it must lead to a block of this
+    /// page that has been handed out at least once, or end the list.
+    pub inline fn nextFree(page: *const Page, block: *const Block) ?*Block {
+        // The block is being handed out: it stays accessible.
+        memcheck.wordAccess(&block.link);
+        if (!config.hardening.encode_lists) return @ptrFromInt(block.link);
+        const next = secure.decodeLink(@intFromPtr(block), block.link);
+        if (next != 0 and !page.isBlockStart(@ptrFromInt(next))) corrupted(block);
+        return @ptrFromInt(next);
+    }
+
+    fn corrupted(block: *const Block) noreturn {
+        os.fatal("corrupted free list: the free block 0x{x} was overwritten (a write after free, or an overflow from the block below)", .{@intFromPtr(block)});
     }
 
     /// Owner-side writes of `used` (see the field).
@@ -147,7 +195,7 @@ pub const Page = extern struct {
     /// Pops the first free block; the caller has checked there is one.
     pub inline fn pop(page: *Page) [*]u8 {
         const block = page.free.?;
-        page.free = block.next;
+        page.free = page.nextFree(block);
         page.setUsed(page.used + 1);
         return @ptrCast(block);
     }
@@ -155,7 +203,7 @@ pub const Page = extern struct {
     /// Pushes a block the owner frees.
     pub inline fn push(page: *Page, block: *Block) void {
         assert(page.used > 0);
-        block.next = page.free;
+        block.setNext(page.free);
         page.free = block;
         page.setUsed(page.used - 1);
     }
@@ -175,11 +223,12 @@ pub const Page = extern struct {
         return @ptrCast(@alignCast(page.area + start));
     }
 
-    /// Whether `ptr` is exactly the start of a block.
-    pub fn isBlockStart(page: *const Page, ptr: [*]const u8) bool {
+    /// Whether `ptr` is exactly the start of a block handed out at least
+    /// once (by a multiply, not a divide: it runs on every hardened pop).
+    pub inline fn isBlockStart(page: *const Page, ptr: [*]const u8) bool {
         if (!page.contains(ptr)) return false;
         const offset = @intFromPtr(ptr) - @intFromPtr(page.area);
-        return offset % page.block_size == 0;
+        return size_class.blockIndex(page.class, offset) * page.block_size == offset;
     }
 
     /// Bytes of the page's area that have been touched (rounded to kernel
@@ -235,7 +284,7 @@ pub const Page = extern struct {
                     // race; both only happen on a page it is using, and
                     // its current page needs no announcement at all.
                     (count == @atomicLoad(u32, &page.used, .monotonic) and !page.isCurrent()));
-            block.next = @ptrFromInt(top);
+            block.setNext(@ptrFromInt(top));
             const new = (count << count_shift) | @intFromPtr(block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
             // SeqCst on success: publishes the block and its contents to the
             // owner's acquire, and orders against the owner's SeqCst store
@@ -346,6 +395,7 @@ pub const PageQueue = struct {
 };
 
 test "extend links blocks lazily, one chunk at a time" {
+    secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
     page.init(size_class.ofSize(16), &memory, memory.len);
@@ -355,7 +405,7 @@ test "extend links blocks lazily, one chunk at a time" {
     var n: usize = 0;
     var prev: usize = 0;
     var it = page.free;
-    while (it) |b| : (it = b.next) {
+    while (it) |b| : (it = page.nextFree(b)) {
         try std.testing.expect(@intFromPtr(b) > prev);
         prev = @intFromPtr(b);
         n += 1;
@@ -364,6 +414,7 @@ test "extend links blocks lazily, one chunk at a time" {
 }
 
 test "block start of interior pointers" {
+    secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
     page.init(size_class.ofSize(48), &memory, memory.len);
@@ -376,6 +427,7 @@ test "block start of interior pointers" {
 
 test "remote frees: counted, announced when the page empties, taken without a walk" {
     if (builtin.single_threaded) return error.SkipZigTest;
+    secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
     page.init(size_class.ofSize(64), &memory, memory.len);

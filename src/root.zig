@@ -22,7 +22,15 @@ const Allocator = std.mem.Allocator;
 const os = @import("os.zig");
 const heap = @import("heap.zig");
 const thread = @import("thread.zig");
+const check = @import("check.zig");
+const secure = @import("secure.zig");
+const stats_mod = @import("stats.zig");
 const Heap = heap.Heap;
+
+/// This build's configuration: `config.secure` says whether it is the
+/// hardened allocator (build option -Dsecure), `config.hardening` which
+/// features are on.
+pub const config = @import("config.zig");
 
 pub const allocator: Allocator = .{
     .ptr = undefined,
@@ -36,48 +44,101 @@ pub const vtable: Allocator.VTable = .{
     .free = free,
 };
 
+/// Whether alloc and free do more than the heap's paths: the hardened
+/// checks, or counting requested bytes. Off in the fast configuration.
+const hooked = config.validate_frees or config.hardening.canary or
+    config.fill_freed_available or config.count_requested or config.valgrind;
+
+/// The length asked of the heap: hardened, at least the two words a freed
+/// block's link and mark need (check.zig).
+inline fn blockLen(len: usize) usize {
+    return if (config.hardening.check_frees) @max(len, check.block_bytes_min) else len;
+}
+
 fn alloc(context: *anyopaque, len: usize, alignment: Alignment, return_address: usize) ?[*]u8 {
     _ = context;
     _ = return_address;
-    return Heap.alloc(len, alignment.toByteUnits());
+    const ptr = Heap.alloc(blockLen(len), alignment.toByteUnits()) orelse return null;
+    if (hooked) {
+        check.afterAlloc(ptr, len, alignment.toByteUnits(), false);
+        countRequested(len, 0);
+    }
+    return ptr;
 }
 
 fn resize(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usize, return_address: usize) bool {
     _ = context;
     _ = return_address;
-    return Heap.resizeInPlace(memory.ptr, alignment.toByteUnits(), new_len);
+    if (!Heap.resizeInPlace(memory.ptr, alignment.toByteUnits(), blockLen(new_len))) return false;
+    if (hooked) resized(memory.ptr, memory.len, memory.ptr, new_len);
+    return true;
 }
 
 fn remap(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usize, return_address: usize) ?[*]u8 {
     _ = context;
     _ = return_address;
-    return Heap.remap(memory.ptr, alignment.toByteUnits(), new_len);
+    const ptr = Heap.remap(memory.ptr, alignment.toByteUnits(), blockLen(new_len)) orelse return null;
+    if (hooked) resized(memory.ptr, memory.len, ptr, new_len);
+    return ptr;
 }
 
 fn free(context: *anyopaque, memory: []u8, alignment: Alignment, return_address: usize) void {
     _ = context;
     _ = alignment;
     _ = return_address;
+    if (hooked) {
+        check.beforeFree(memory.ptr, memory.len, "free");
+        countRequested(0, memory.len);
+    }
     Heap.free(memory.ptr);
 }
 
-/// Process-wide figures.
-pub const Stats = struct {
-    /// Bytes currently mapped from the OS (segments, huge blocks, heaps).
-    mapped_bytes: usize,
-    /// Highest `mapped_bytes` so far.
-    mapped_bytes_peak: usize,
-    /// Heaps created; heaps of ended threads are reused, so this is bounded
-    /// by the number of threads alive at the same time.
-    heap_count: usize,
-};
+/// A block kept its place (or moved as a whole) with a new length.
+fn resized(old: [*]u8, old_len: usize, new: [*]u8, new_len: usize) void {
+    check.afterResize(old, old_len, new, new_len);
+    countRequested(new_len, old_len);
+}
 
+/// Requested bytes, per heap: the calling thread's heap counts what its
+/// thread allocates and frees (even another thread's blocks), so only the
+/// sum over heaps means something. See `stats`.
+inline fn countRequested(added: usize, removed: usize) void {
+    if (!config.count_requested) return;
+    const h = thread.current();
+    // A thread that frees before it ever allocated gets a heap now, so the
+    // count does not land in the shared `Heap.empty`.
+    const counted = if (h == &Heap.empty) thread.initCurrent() orelse return else h;
+    counted.requested_bytes +%= added -% removed;
+}
+
+pub const Stats = stats_mod.Stats;
+pub const ClassStats = stats_mod.ClassStats;
+
+/// What kennel holds now, process-wide: live blocks per size class, bytes
+/// in blocks, committed and mapped, heaps, abandoned pages. Computed on
+/// demand from the pages' own metadata (nothing is counted on the fast
+/// paths), so it costs a walk over every segment: call it to look, not in
+/// a loop. Exact when other threads are quiet, a close snapshot otherwise.
 pub fn stats() Stats {
-    return .{
-        .mapped_bytes = os.mappedBytes(),
-        .mapped_bytes_peak = os.mappedBytesPeak(),
-        .heap_count = thread.heapCount(),
+    return stats_mod.collect();
+}
+
+/// Writes `stats()` as text, one line per figure and one per size class in
+/// use, in the form KENNEL_SHOW_STATS prints.
+pub fn printStats(writer: *std.Io.Writer) std.Io.Writer.Error!void {
+    const s = stats();
+    const Sink = struct {
+        writer: *std.Io.Writer,
+        failed: bool = false,
+        fn write(sink: *@This(), bytes: []const u8) void {
+            sink.writer.writeAll(bytes) catch {
+                sink.failed = true;
+            };
+        }
     };
+    var sink: Sink = .{ .writer = writer };
+    stats_mod.print(&s, &sink, Sink.write);
+    if (sink.failed) return error.WriteFailed;
 }
 
 /// Gives the calling thread's unused memory back now and hands its heap to
@@ -92,4 +153,5 @@ test {
     _ = @import("page.zig");
     _ = @import("segment.zig");
     _ = os;
+    _ = secure;
 }

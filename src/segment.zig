@@ -50,6 +50,13 @@ pub const large_block_max_bytes = size_class.block_size_max_bytes;
 /// divides its size: page areas start at multiples of this.
 pub const block_align_max_bytes = 4096;
 
+/// Hardened: the segment's last kernel page is inaccessible, so a run of
+/// writes off the end of its last block faults before it reaches the next
+/// mapping. Zero otherwise.
+pub fn guardBytes() usize {
+    return if (config.hardening.guard_pages) os.pageSize() else 0;
+}
+
 pub const Kind = enum(u8) {
     small,
     medium,
@@ -125,14 +132,38 @@ pub const Segment = extern struct {
 
     pages: [page_count_max]Page,
 
+    /// Bytes of the header struct, rounded to where blocks may start. A huge
+    /// mapping's block starts after this.
+    pub const metadata_bytes = std.mem.alignForward(usize, @sizeOf(Segment), block_align_max_bytes);
+
+    /// Hardened (config.hardening.check_frees): after the metadata, one bit
+    /// per block of every page, set while the block is handed out. Free
+    /// clears it with an atomic read-modify-write, so a second free of the
+    /// block, from any thread, finds it clear (check.zig). Outside the
+    /// blocks, so nothing the program writes into freed memory can hide a
+    /// double free. Sized for the fullest page: 64 KiB of 16-byte blocks
+    /// (the hardened minimum; medium and large pages hold at most 64 blocks).
+    pub const live_bits_per_page = small_page_bytes / 16;
+    pub const live_map_bytes = if (config.hardening.check_frees) page_count_max * live_bits_per_page / 8 else 0;
+    pub const LiveWords = [live_bits_per_page / 64]std.atomic.Value(u64);
+
     /// Bytes from the segment start to the first block of page 0.
-    pub const header_bytes = std.mem.alignForward(usize, @sizeOf(Segment), block_align_max_bytes);
+    pub const header_bytes = metadata_bytes + live_map_bytes;
 
     comptime {
-        assert(header_bytes == 8192);
+        assert(metadata_bytes == 8192);
+        assert(header_bytes % block_align_max_bytes == 0);
         assert(@offsetOf(Segment, "pages") <= 128);
         assert(segment_size_bytes >= 2 * small_page_bytes);
         assert(small_page_bytes > header_bytes);
+    }
+
+    /// The live-block bits of page `index` (hardened only).
+    pub fn liveWords(segment: *Segment, index: usize) *LiveWords {
+        comptime assert(config.hardening.check_frees);
+        assert(index < page_count_max);
+        const base: [*]u8 = @ptrCast(segment);
+        return @ptrCast(@alignCast(base + metadata_bytes + index * @sizeOf(LiveWords)));
     }
 
     /// The segment containing the block that starts at `ptr`.
@@ -159,7 +190,8 @@ pub const Segment = extern struct {
         assert(kind != .huge);
         const base = os.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
         const segment: *Segment = @ptrCast(base);
-        if (!segment_map.add(segment)) {
+        const guard = guardBytes();
+        if ((guard > 0 and !os.protectNone(base + segment_size_bytes - guard, guard)) or !segment_map.add(segment)) {
             os.unmap(base, segment_size_bytes);
             return null;
         }
@@ -181,7 +213,7 @@ pub const Segment = extern struct {
         segment.kind = kind;
         segment.page_shift = kind.pageShift();
         segment.page_count = kind.pageCount();
-        segment.free_mask = allPages(segment.page_count);
+        segment.free_mask = segment.usablePages();
         segment.dirty_mask = 0;
         for (segment.pages[0..segment.page_count], 0..) |*page, i| {
             page.* = .{ .index = @intCast(i) };
@@ -195,12 +227,17 @@ pub const Segment = extern struct {
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }
 
-    fn allPages(count: u8) u64 {
-        return if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
+    /// Bit i: page i can hold blocks. Every page, unless a guard page
+    /// swallows the last one (small pages under 64 KiB kernel pages).
+    pub fn usablePages(segment: *Segment) u64 {
+        const count = segment.page_count;
+        const all = if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
+        if (segment.pageArea(count - 1).len > 0) return all;
+        return all & ~(@as(u64, 1) << @intCast(count - 1));
     }
 
-    pub fn isEmpty(segment: *const Segment) bool {
-        return segment.free_mask == allPages(segment.page_count);
+    pub fn isEmpty(segment: *Segment) bool {
+        return segment.free_mask == segment.usablePages();
     }
 
     pub fn hasFreePage(segment: *const Segment) bool {
@@ -213,9 +250,9 @@ pub const Segment = extern struct {
         const base: [*]u8 = @ptrCast(segment);
         const shift: u6 = @intCast(segment.page_shift);
         const start = if (index == 0) header_bytes else index << shift;
-        const end = (index + 1) << shift;
-        assert(start % block_align_max_bytes == 0);
-        return base[start..@min(end, segment_size_bytes)];
+        const end = @min((index + 1) << shift, segment_size_bytes - guardBytes());
+        assert(start % block_align_max_bytes == 0 and start <= end);
+        return base[start..end];
     }
 
     /// Takes a free page, preferring one whose memory is still resident.
@@ -271,19 +308,33 @@ pub const Segment = extern struct {
     }
 };
 
-/// Which segment-aligned addresses hold a kennel segment header: lets the C
-/// library's free() reject a pointer kennel never returned before touching
-/// memory behind it. Two levels: a root of 1024 leaves, each a bitmap of
-/// 65,536 segments (256 GiB of address space), mapped on first use and
-/// never freed. Kept only in the C library; elsewhere every call is empty.
+/// Which segment-aligned addresses hold a kennel segment header. Two uses:
+/// free() in the C library (and hardened) rejects a pointer kennel never
+/// returned before touching memory behind it, and statistics (stats.zig)
+/// find every segment to read its page metadata. Two levels: a root of 1024
+/// leaves, each a bitmap of 65,536 segments (256 GiB of address space),
+/// mapped on first use and never freed.
+///
+/// Readers of headers (`beginRead`/`endRead`) keep listed segments mapped:
+/// `remove` waits until no read is in progress. The wait is Dekker's: the
+/// remover clears the bit, then looks at the reader count; a reader counts
+/// itself, then looks at the bit (all SeqCst). So either the reader sees
+/// the bit clear and skips the segment, or the remover sees the reader and
+/// waits. Reads are rare (a stats call), so removers almost never wait.
 pub const segment_map = struct {
     const address_bits = 48;
     const segment_shift = std.math.log2_int(usize, segment_size_bytes);
     const leaf_shift = 16;
+    const leaf_words = (1 << leaf_shift) / 64;
     const root_count = 1 << (address_bits - segment_shift - leaf_shift);
-    const Leaf = [(1 << leaf_shift) / 64]std.atomic.Value(u64);
+    const Leaf = [leaf_words]std.atomic.Value(u64);
 
     var root: [root_count]std.atomic.Value(?*Leaf) = @splat(.init(null));
+
+    /// Reads in progress (low 32 bits) by threads of process `pid` (high 32
+    /// bits). A forked child sees another pid and ignores readers that were
+    /// in its parent: they do not exist in the child.
+    var readers: std.atomic.Value(u64) = .init(0);
 
     fn leafOf(index: usize, create_leaf: bool) ?*Leaf {
         const r = index >> leaf_shift;
@@ -303,35 +354,78 @@ pub const segment_map = struct {
 
     /// Records a segment (or huge mapping) header; false when out of memory.
     pub fn add(segment: *const Segment) bool {
-        if (!config.c_library) return true;
         const index = @intFromPtr(segment) >> segment_shift;
         const leaf = leafOf(index, true) orelse return false;
-        // Release: the header is written before a block in it can be freed
-        // by a thread that checks the map.
+        // Release: the mapping exists before a thread that checks the map
+        // may read it.
         _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchOr(@as(u64, 1) << @intCast(index % 64), .release);
         return true;
     }
 
     /// Must run before the range is unmapped or moved away (see huge.remap).
     pub fn remove(segment: *const Segment) void {
-        if (!config.c_library) return;
         const index = @intFromPtr(segment) >> segment_shift;
         const leaf = leafOf(index, false).?;
-        // Monotonic: no block in the segment is live. Callers remove before
-        // the range goes back to the kernel, so a segment mapped there later
-        // (ordered after us by the kernel's mmap lock) sets its bit after
-        // we clear ours.
-        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchAnd(~(@as(u64, 1) << @intCast(index % 64)), .monotonic);
+        // SeqCst: the remover's half of the wait described above. Also, no
+        // block in the segment is live, and callers remove before the range
+        // goes back to the kernel, so a segment mapped there later (ordered
+        // after us by the kernel's mmap lock) sets its bit after we clear ours.
+        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchAnd(~(@as(u64, 1) << @intCast(index % 64)), .seq_cst);
+        waitForReaders();
     }
 
     /// Whether `address` is the start of a live segment or huge mapping.
     pub fn contains(address: usize) bool {
-        comptime assert(config.c_library);
         if (address % segment_size_bytes != 0) return false;
         const index = address >> segment_shift;
         const leaf = leafOf(index, false) orelse return false;
-        // Acquire: pairs with the release in `add`.
-        return leaf[(index & ((1 << leaf_shift) - 1)) / 64].load(.acquire) & (@as(u64, 1) << @intCast(index % 64)) != 0;
+        // SeqCst: pairs with the release in `add`, and is the reader's half
+        // of the wait in `remove`.
+        return leaf[(index & ((1 << leaf_shift) - 1)) / 64].load(.seq_cst) & (@as(u64, 1) << @intCast(index % 64)) != 0;
+    }
+
+    /// Starts reading the headers of listed segments: until `endRead`, a
+    /// segment that `contains` lists stays mapped.
+    pub fn beginRead() void {
+        const pid: u64 = @as(u32, @bitCast(os.currentPid()));
+        // Monotonic: seeds the CAS loop.
+        var old = readers.load(.monotonic);
+        while (true) {
+            const new = if (old >> 32 == pid) old + 1 else pid << 32 | 1;
+            // SeqCst: the reader's half of the wait in `remove`.
+            old = readers.cmpxchgWeak(old, new, .seq_cst, .monotonic) orelse return;
+        }
+    }
+
+    pub fn endRead() void {
+        // Release: our reads of headers happen before a remover unmaps.
+        _ = readers.fetchSub(1, .release);
+    }
+
+    fn waitForReaders() void {
+        // SeqCst: the remover's half of the wait; acquire for endRead.
+        var r = readers.load(.seq_cst);
+        if (r & 0xffff_ffff == 0) return;
+        const pid: u64 = @as(u32, @bitCast(os.currentPid()));
+        // Bounded by the readers' walks, which take microseconds.
+        while (r & 0xffff_ffff != 0 and r >> 32 == pid) : (r = readers.load(.seq_cst)) os.yieldThread();
+    }
+
+    /// Calls `visit(context, address)` for every listed segment, in address
+    /// order. The caller holds a read (beginRead).
+    pub fn forEach(context: anytype, comptime visit: fn (@TypeOf(context), usize) void) void {
+        for (&root, 0..) |*slot, r| {
+            // Acquire: as in leafOf.
+            const leaf = slot.load(.acquire) orelse continue;
+            for (leaf, 0..) |*word, w| {
+                // SeqCst: as in `contains`.
+                var bits = word.load(.seq_cst);
+                while (bits != 0) : (bits &= bits - 1) {
+                    const index = (r << leaf_shift) | (w * 64 + @ctz(bits));
+                    visit(context, index << segment_shift);
+                }
+            }
+        }
     }
 };
 

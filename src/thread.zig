@@ -56,6 +56,7 @@ const builtin = @import("builtin");
 const assert = std.debug.assert;
 const os = @import("os.zig");
 const config = @import("config.zig");
+const secure = @import("secure.zig");
 const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
@@ -148,6 +149,24 @@ pub fn heapCount() usize {
     return @min(registry_len.load(.monotonic), heap_count_max);
 }
 
+/// Calls `visit(context, heap)` for every heap (statistics). Heaps are never
+/// unmapped, so any thread may look at them.
+pub fn forEachHeap(context: anytype, comptime visit: fn (@TypeOf(context), *Heap) void) void {
+    if (builtin.single_threaded) return visit(context, &single_heap);
+    for (registry[0..heapCount()]) |*slot| {
+        // Acquire: the heap was initialized before it was published.
+        visit(context, slot.load(.acquire) orelse continue);
+    }
+}
+
+/// Whether `heap`'s thread has ended and no thread has taken the heap over
+/// yet (statistics: a snapshot).
+pub fn isAbandoned(heap: *Heap) bool {
+    if (builtin.single_threaded) return false;
+    const owner = loadOwner(heap);
+    return owner.state == .orphaned or isDead(heap, owner, os.currentPid());
+}
+
 fn loadOwner(heap: *Heap) Owner {
     // Acquire: a heap we may take over must be seen as its last owner left it.
     return @bitCast(heap.owner.load(.acquire));
@@ -156,13 +175,11 @@ fn loadOwner(heap: *Heap) Owner {
 /// Gives the calling thread a heap. Null when out of memory.
 pub fn initCurrent() ?*Heap {
     assert(current() == &Heap.empty);
-    if (builtin.single_threaded) {
-        setCurrent(&single_heap);
-        return &single_heap;
-    }
-    const heap = claim() orelse return null;
+    secure.init();
+    const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
+    if (config.hardening.randomize and heap.random == 0) heap.random = secure.randomWord() | 1;
     setCurrent(heap);
-    if (builtin.link_libc) exit_hook.register(heap);
+    if (!builtin.single_threaded and builtin.link_libc) exit_hook.register(heap);
     return heap;
 }
 

@@ -7,4 +7,6 @@ test {
     _ = @import("model.zig");
     _ = @import("threads.zig");
     _ = @import("process.zig");
+    _ = @import("stats.zig");
+    _ = @import("secure.zig");
 }

@@ -125,3 +125,64 @@ test "pattern catches a changed byte" {
     buf[edge_bytes - 1 + stride_bytes] +%= 1;
     try std.testing.expectError(error.TestPatternMismatch, check(&buf, buf.len, 42));
 }
+
+/// How a child process ended (see `runChild`).
+pub const ChildEnd = struct {
+    /// Exit code, or null if a signal ended it.
+    exit_code: ?u8,
+    /// The signal that ended it, if any.
+    signal: ?u32,
+    /// What it wrote on stderr (the start of it).
+    stderr: []const u8,
+};
+
+/// Runs `body` in a forked child with stderr captured into `buffer`.
+pub fn runChild(comptime body: fn () void, buffer: []u8) !ChildEnd {
+    const linux = std.os.linux;
+    var fds: [2]i32 = undefined;
+    if (linux.errno(linux.pipe(&fds)) != .SUCCESS) return error.TestCannotPipe;
+    const rc = if (builtin.link_libc) @as(isize, std.c.fork()) else @as(isize, @bitCast(linux.fork()));
+    if (rc < 0 or (!builtin.link_libc and linux.errno(@as(usize, @bitCast(rc))) != .SUCCESS)) return error.SkipZigTest;
+    if (rc == 0) {
+        _ = linux.dup2(fds[1], 2);
+        _ = linux.close(fds[0]);
+        body();
+        linux.exit_group(0);
+    }
+    _ = linux.close(fds[1]);
+    var len: usize = 0;
+    while (len < buffer.len) {
+        const n = linux.read(fds[0], buffer[len..].ptr, buffer.len - len);
+        if (linux.errno(n) == .INTR) continue;
+        if (linux.errno(n) != .SUCCESS or n == 0) break;
+        len += n;
+    }
+    _ = linux.close(fds[0]);
+    var raw_status: i32 = 0;
+    while (true) {
+        const w = linux.wait4(@intCast(rc), &raw_status, 0, null);
+        if (linux.errno(w) == .INTR) continue;
+        break;
+    }
+    const status: u32 = @bitCast(raw_status);
+    return .{
+        .exit_code = if (linux.W.IFEXITED(status)) linux.W.EXITSTATUS(status) else null,
+        .signal = if (linux.W.IFSIGNALED(status)) @backingInt(linux.W.TERMSIG(status)) else null,
+        .stderr = buffer[0..len],
+    };
+}
+
+/// Runs `body` in a child that must abort (SIGABRT, or exit code 134 where
+/// kennel ends the process itself) after printing a kennel line that holds
+/// `expected`.
+pub fn expectAbort(comptime body: fn () void, expected: []const u8) !void {
+    var buffer: [4096]u8 = undefined;
+    const end = try runChild(body, &buffer);
+    const aborted = (end.signal != null and end.signal.? == @backingInt(std.os.linux.SIG.ABRT)) or
+        (end.exit_code != null and end.exit_code.? == 134);
+    const line = std.mem.indexOf(u8, end.stderr, "kennel: ");
+    if (!aborted or line == null or std.mem.indexOf(u8, end.stderr[line.?..], expected) == null) {
+        std.debug.print("expected an abort naming \"{s}\"; exit {?d}, signal {?d}, stderr:\n{s}\n", .{ expected, end.exit_code, end.signal, end.stderr });
+        return error.TestNotAborted;
+    }
+}

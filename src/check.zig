@@ -1,0 +1,254 @@
+//! Checks around allocation and free that a C library must make (C programs
+//! free pointers kennel never returned) and that the hardened Zig allocator
+//! makes too (config.validate_frees). Everything here runs before the heap's
+//! free path or after its alloc path; the heap itself trusts its input.
+//!
+//! - `validate`: the segment map (segment.zig) must list the pointer's
+//!   segment header, so a foreign pointer is rejected before anything
+//!   behind it is read; the page must be in use; the pointer must be the
+//!   start of a block handed out at least once (by a multiply, not a
+//!   divide), or lie in a page that hands out over-aligned blocks.
+//! - Double frees, fast C library: a free writes a mark into the block's
+//!   second word, and allocation clears it, so a second free of a block
+//!   still free is seen (unless the program overwrote the mark meanwhile).
+//! - Double frees, hardened: each block has a bit in its segment's live map
+//!   (segment.zig), set by allocation and cleared by free, both with an
+//!   atomic read-modify-write. A free that finds the bit clear is a double
+//!   free, whatever the program wrote into the freed block, and of two
+//!   threads freeing a block at once exactly one finds it set.
+//! - Hardened extras: canaries after the requested length (Zig) and the
+//!   fill of freed blocks (secure.zig).
+//! - With -Dvalgrind, blocks are described to memcheck (memcheck.zig).
+//!
+//! A failed check prints one line naming the fault and the pointer and
+//! aborts.
+const std = @import("std");
+const assert = std.debug.assert;
+const config = @import("config.zig");
+const os = @import("os.zig");
+const secure = @import("secure.zig");
+const size_class = @import("size_class.zig");
+const segment_mod = @import("segment.zig");
+const Segment = segment_mod.Segment;
+const Page = @import("page.zig").Page;
+const Heap = @import("heap.zig").Heap;
+const memcheck = @import("memcheck.zig");
+
+/// The smallest block the checks work with: the free-list link and the
+/// freed mark; the live map's size assumes it too. C requests are rounded
+/// to 16 anyway; the hardened Zig allocator rounds up to it.
+pub const block_bytes_min = 2 * @sizeOf(usize);
+
+comptime {
+    std.debug.assert(segment_mod.small_page_bytes / block_bytes_min == Segment.live_bits_per_page);
+}
+
+/// The first two words of a block: its free-list link and its freed mark.
+pub const Words = [2]usize;
+
+/// The fast C library's freed mark: "Kennel F".
+const plain_mark: usize = 0x4b656e6e656c2046;
+
+/// A block's word and bit in its segment's live map (hardened).
+const LiveBit = struct { word: *std.atomic.Value(u64), mask: u64 };
+
+fn liveBit(segment: *Segment, page: *const Page, block: *const Words) LiveBit {
+    const index = size_class.blockIndex(page.class, @intFromPtr(block) - @intFromPtr(page.area));
+    assert(index < Segment.live_bits_per_page);
+    return .{ .word = &segment.liveWords(page.index)[index / 64], .mask = @as(u64, 1) << @intCast(index % 64) };
+}
+
+/// A block that passed `validate`.
+pub const Checked = struct {
+    /// Where the block starts (the pointer, unless over-aligned).
+    block: *Words,
+    /// Its live bit (hardened, not huge).
+    live: if (config.hardening.check_frees) LiveBit else void,
+    /// Bytes from the pointer to the end of the block.
+    usable: usize,
+    huge: ?*Segment,
+};
+
+/// Validates a pointer passed to `function` (free, realloc,
+/// malloc_usable_size). Aborts, naming the pointer, unless it is a live
+/// block kennel returned.
+pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
+    const address = @intFromPtr(ptr);
+    // The map first, on the address alone: nothing behind a foreign
+    // pointer may be read (and its segment address may even be 0).
+    if (!segment_mod.segment_map.contains((address -% 1) & ~@as(usize, segment_mod.segment_size_bytes - 1)))
+        invalid(function, ptr, "not allocated by kennel");
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) {
+        if (ptr != segment.pages[0].area) invalid(function, ptr, "points into the middle of a block");
+        // Monotonic: a racing free is caught by the CAS in markFreed.
+        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(ptr);
+        return .{ .block = @ptrCast(@alignCast(ptr)), .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
+    }
+    const page = segment.pageOf(ptr);
+    // Monotonic: the page of a live block was set up before the block was
+    // handed out, which happened before the caller got the pointer.
+    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
+    if (free_pages & (@as(u64, 1) << @intCast(page.index)) != 0) invalid(function, ptr, "in memory kennel does not use (freed twice?)");
+    const offset = address -% @intFromPtr(page.area);
+    // Monotonic: as above; capacity only grows while the page is in use.
+    const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
+    if (offset >= @as(usize, capacity) * page.block_size) invalid(function, ptr, "not a block kennel handed out");
+    const start = size_class.blockIndex(page.class, offset) * page.block_size;
+    if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
+    const block: *Words = @ptrCast(@alignCast(page.area + start));
+    const checked: Checked = .{
+        .block = block,
+        .usable = start + page.block_size - offset,
+        .huge = null,
+        .live = if (config.hardening.check_frees) liveBit(segment, page, block) else {},
+    };
+    if (config.hardening.check_frees) {
+        // Monotonic: a racing free is caught by the RMW in markFreed.
+        if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(ptr);
+    } else if (!config.valgrind and page.block_size >= block_bytes_min and
+        @atomicLoad(usize, &block[1], .monotonic) == plain_mark)
+    {
+        // (Under memcheck the word may be the program's uninitialized data:
+        // the check is left to markFreed, and to memcheck.)
+        doubleFree(ptr);
+    }
+    return checked;
+}
+
+/// Marks a validated block freed; aborts if another free marked it first.
+fn markFreed(ptr: [*]u8, checked: Checked) void {
+    if (checked.huge) |segment| {
+        // A huge block is its own mapping: `used` says whether it is live.
+        // AcqRel: two threads freeing it at once see each other.
+        if (@cmpxchgStrong(u32, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(ptr);
+        return;
+    }
+    if (config.hardening.check_frees) {
+        // Monotonic: only this word matters, and RMWs of it are totally
+        // ordered: the second of two frees finds the bit the first cleared.
+        if (checked.live.word.fetchAnd(~checked.live.mask, .monotonic) & checked.live.mask == 0) doubleFree(ptr);
+        return;
+    }
+    const block = checked.block;
+    memcheck.wordAccess(&block[1]);
+    defer memcheck.wordDone(&block[1]);
+    if (block[1] == plain_mark) doubleFree(ptr);
+    block[1] = plain_mark;
+}
+
+/// After any allocation: clears the block's freed mark (C, or hardened),
+/// writes the canary after `len` bytes (hardened Zig), and describes the
+/// block to memcheck. `len` is null in C, where the program may use the
+/// whole usable size. Blocks are at least `block_bytes_min` when marks are
+/// on: C rounds every request to 16 bytes, and the hardened Zig allocator
+/// rounds up to it.
+pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zeroed: bool) void {
+    if (config.hardening.check_frees) {
+        markLive(ptr, alignment);
+    } else if (config.validate_frees) {
+        const block = blockOf(ptr, alignment);
+        memcheck.wordAccess(&block[1]);
+        // Monotonic: a plain store; only a double free could race with it.
+        @atomicStore(usize, &block[1], 0, .monotonic);
+        memcheck.wordDone(&block[1]);
+    }
+    if (config.hardening.canary) if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr));
+    if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
+}
+
+/// Sets the live bit of a block just handed out (hardened).
+fn markLive(ptr: [*]u8, alignment: usize) void {
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) return; // `used` says it (see markFreed)
+    const page = segment.pageOf(ptr);
+    const bit = liveBit(segment, page, blockOf(ptr, alignment));
+    // Monotonic: as in markFreed. A bit already set means the free list
+    // handed out a live block: only a corrupted list does that.
+    if (bit.word.fetchOr(bit.mask, .monotonic) & bit.mask != 0)
+        os.fatal("corrupted free list: the live block 0x{x} was handed out again", .{@intFromPtr(ptr)});
+}
+
+/// After a block was resized: in place (`new == old`) or moved whole (huge).
+/// Lengths as in `afterAlloc`.
+pub inline fn afterResize(old: [*]u8, old_len: ?usize, new: [*]u8, new_len: ?usize) void {
+    if (config.hardening.canary) if (new_len) |n| secure.writeCanary(new, n, Heap.usableSize(new));
+    if (!config.valgrind) return;
+    const len = new_len orelse Heap.usableSize(new);
+    if (new == old) memcheck.resized(new, old_len.?, len) else memcheck.moved(old, new, len);
+}
+
+/// Before a block goes back to its heap: validate (C, or hardened), check
+/// the canary when the requested length is known (Zig), mark, fill, and
+/// tell memcheck.
+pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8) void {
+    defer memcheck.freed(ptr);
+    if (!config.validate_frees) {
+        if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, Heap.usableSize(ptr));
+        if (config.fill_freed_available) fillFreed(ptr);
+        return;
+    }
+    const checked = validate(ptr, function);
+    if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, checked.usable);
+    markFreed(ptr, checked);
+    if (config.fill_freed_available and checked.huge == null) {
+        const block: [*]u8 = @ptrCast(checked.block);
+        secure.fillFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block));
+    }
+}
+
+fn checkCanary(ptr: [*]u8, len: usize, usable: usize) void {
+    if (!secure.canaryIntact(ptr, len, usable))
+        os.fatal("heap overflow: the bytes after the {d}-byte block at 0x{x} were overwritten", .{ len, @intFromPtr(ptr) });
+}
+
+/// The fill without validation (a build with the fill alone).
+fn fillFreed(ptr: [*]u8) void {
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) return;
+    const page = segment.pageOf(ptr);
+    const block: [*]u8 = @ptrCast(if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Words, @ptrCast(@alignCast(ptr))));
+    secure.fillFreed(block, page.block_size);
+}
+
+/// The start of the block that `ptr` (allocated with `alignment`) lies in.
+fn blockOf(ptr: [*]u8, alignment: usize) *Words {
+    if (alignment <= segment_mod.block_align_max_bytes) return @ptrCast(@alignCast(ptr));
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) return @ptrCast(@alignCast(ptr));
+    return @ptrCast(segment.pageOf(ptr).blockStart(ptr));
+}
+
+/// Segment-sized steps `guardHit` looks down for the header of a huge
+/// mapping: 256 GiB, far beyond any mapping a process gets.
+const guard_search_steps_max = 1 << 16;
+
+/// If `address` lies in one of kennel's guard pages (hardened), the address
+/// of the segment or huge mapping it ends. Safe in a signal handler: it
+/// reads only the segment map and the headers it lists.
+pub fn guardHit(address: usize) ?usize {
+    const guard = segment_mod.guardBytes();
+    if (guard == 0) return null;
+    segment_mod.segment_map.beginRead();
+    defer segment_mod.segment_map.endRead();
+    // The nearest header at or below the address owns it, if anything does.
+    var base = address & ~@as(usize, segment_mod.segment_size_bytes - 1);
+    for (0..guard_search_steps_max) |_| {
+        if (segment_mod.segment_map.contains(base)) {
+            const segment: *Segment = @ptrFromInt(base);
+            const end = base + if (segment.kind == .huge) segment.huge_mapping_bytes else segment_mod.segment_size_bytes;
+            return if (address >= end - guard and address < end) base else null;
+        }
+        if (base == 0) return null;
+        base -= segment_mod.segment_size_bytes;
+    }
+    return null;
+}
+
+fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) noreturn {
+    os.fatal(function ++ "(): invalid pointer 0x{x}: " ++ why, .{@intFromPtr(ptr)});
+}
+
+fn doubleFree(ptr: [*]u8) noreturn {
+    os.fatal("free(): double free of 0x{x}", .{@intFromPtr(ptr)});
+}

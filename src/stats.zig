@@ -1,0 +1,158 @@
+//! Statistics, computed when asked for: nothing on the alloc and free paths
+//! counts anything for them. `collect` walks the segment map (segment.zig),
+//! which lists every segment and huge mapping, and reads the page metadata
+//! in each header, which already says what the figures need: a page's
+//! class, its blocks in use (`used` less the blocks waiting on its
+//! `thread_free`), and how much of it was ever touched (`capacity`).
+//!
+//! Headers of segments owned by other threads change while they are read,
+//! so the figures are exact when the program is quiet (the tests check them
+//! to the block) and a close snapshot while it runs. Reading never follows
+//! a pointer another thread may free: the map's read guard keeps every
+//! listed segment mapped, and only fixed-size header fields are read, with
+//! every index checked.
+//!
+//! Requested bytes are the exception: they cannot be derived, so they are
+//! counted per heap on the fast paths when kennel is built with -Dstats
+//! (config.count_requested; Zig only).
+const std = @import("std");
+const builtin = @import("builtin");
+const config = @import("config.zig");
+const os = @import("os.zig");
+const size_class = @import("size_class.zig");
+const segment_mod = @import("segment.zig");
+const Segment = segment_mod.Segment;
+const thread = @import("thread.zig");
+const Heap = @import("heap.zig").Heap;
+
+pub const ClassStats = struct {
+    /// Bytes per block of the class.
+    block_size: usize = 0,
+    /// Blocks handed out and not freed.
+    blocks_live: usize = 0,
+    /// Pages holding blocks of the class.
+    pages: usize = 0,
+};
+
+pub const Stats = struct {
+    /// Bytes requested and not freed, when counted (-Dstats, Zig); null
+    /// otherwise (always in the C library: free does not say the size).
+    requested_bytes: ?usize = null,
+    /// Bytes in live blocks: block sizes, huge blocks' usable sizes.
+    block_bytes: usize = 0,
+    /// Bytes kennel has touched and not given back to the OS: page areas up
+    /// to the last block ever handed out, page metadata, huge mappings.
+    committed_bytes: usize = 0,
+    /// Bytes mapped from the OS (reserved address space), now and at most.
+    mapped_bytes: usize = 0,
+    mapped_bytes_peak: usize = 0,
+    /// Heaps created: one per thread alive at once (ended threads' heaps
+    /// are reused).
+    heap_count: usize = 0,
+    /// Heaps whose thread ended and that no thread has taken over yet.
+    abandoned_heaps: usize = 0,
+    /// Pages with live blocks in those heaps.
+    abandoned_pages: usize = 0,
+    /// Segments (4 MiB, in use or kept empty for reuse).
+    segment_count: usize = 0,
+    /// Live huge blocks, and their usable bytes (part of block_bytes).
+    huge_count: usize = 0,
+    huge_bytes: usize = 0,
+    /// Per size class (index = class; `size_class.zig`).
+    classes: [size_class.class_count]ClassStats = @splat(.{}),
+
+    /// Blocks live in every class, huge blocks included.
+    pub fn blocksLive(s: *const Stats) usize {
+        var total = s.huge_count;
+        for (s.classes) |c| total += c.blocks_live;
+        return total;
+    }
+};
+
+pub fn collect() Stats {
+    var s: Stats = .{
+        .mapped_bytes = os.mappedBytes(),
+        .mapped_bytes_peak = os.mappedBytesPeak(),
+        .heap_count = thread.heapCount(),
+    };
+    for (&s.classes, 0..) |*c, class| c.block_size = size_class.blockSize(@intCast(class));
+    segment_mod.segment_map.beginRead();
+    segment_mod.segment_map.forEach(&s, addSegment);
+    segment_mod.segment_map.endRead();
+    thread.forEachHeap(&s, addHeap);
+    return s;
+}
+
+fn addHeap(s: *Stats, heap: *Heap) void {
+    if (thread.isAbandoned(heap)) s.abandoned_heaps += 1;
+    if (config.count_requested) {
+        // Monotonic: the owner stores it with plain (atomic) stores.
+        s.requested_bytes = (s.requested_bytes orelse 0) +% @atomicLoad(usize, &heap.requested_bytes, .monotonic);
+    }
+}
+
+fn addSegment(s: *Stats, address: usize) void {
+    const segment: *Segment = @ptrFromInt(address);
+    const kind = @atomicLoad(segment_mod.Kind, &segment.kind, .monotonic);
+    if (kind == .huge) {
+        const mapping = @atomicLoad(usize, &segment.huge_mapping_bytes, .monotonic);
+        // Monotonic: 1 while the block is live, 0 once freed (cached).
+        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) == 0) {
+            s.committed_bytes += mapping;
+            return;
+        }
+        const usable = mapping -| (segment_mod.guardBytes() + @atomicLoad(usize, &segment.huge_block_offset, .monotonic));
+        s.huge_count += 1;
+        s.huge_bytes += usable;
+        s.block_bytes += usable;
+        s.committed_bytes += mapping - segment_mod.guardBytes();
+        return;
+    }
+    s.segment_count += 1;
+    // A header being set up may still read as zeroes: nothing to count.
+    const page_count = @atomicLoad(u8, &segment.page_count, .monotonic);
+    if (page_count == 0 or page_count > segment_mod.page_count_max) return;
+    const page = os.pageSize();
+    s.committed_bytes += std.mem.alignForward(usize, @offsetOf(Segment, "pages") + @as(usize, page_count) * @sizeOf(@TypeOf(segment.pages[0])), page);
+    const abandoned = if (segment.ownerRelaxed()) |owner| thread.isAbandoned(owner) else false;
+    // Monotonic: owner-written masks; a snapshot.
+    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
+    const dirty_pages = @atomicLoad(u64, &segment.dirty_mask, .monotonic);
+    for (segment.pages[0..page_count], 0..) |*p, i| {
+        const bit = @as(u64, 1) << @intCast(i);
+        // Monotonic: as above (written by the owner as it extends the page).
+        const touched = @as(usize, @atomicLoad(u32, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
+        if (free_pages & bit != 0) {
+            if (dirty_pages & bit != 0) s.committed_bytes += std.mem.alignForward(usize, touched, page);
+            continue;
+        }
+        s.committed_bytes += std.mem.alignForward(usize, touched, page);
+        const class = @atomicLoad(size_class.Class, &p.class, .monotonic);
+        if (class >= size_class.class_count) continue;
+        const used = @atomicLoad(u32, &p.used, .monotonic);
+        const live = used -| p.pendingCount();
+        const c = &s.classes[class];
+        c.pages += 1;
+        c.blocks_live += live;
+        s.block_bytes += live * c.block_size;
+        if (abandoned and live > 0) s.abandoned_pages += 1;
+    }
+}
+
+/// Writes the figures, one "kennel: " line each, with `write(bytes)`; the
+/// first line has the form tests/preload/run.sh looks for.
+pub fn print(s: *const Stats, context: anytype, comptime write: fn (@TypeOf(context), []const u8) void) void {
+    var buf: [256]u8 = undefined;
+    const lines = .{
+        .{ "kennel: {d} bytes mapped, peak {d} bytes, {d} heaps\n", .{ s.mapped_bytes, s.mapped_bytes_peak, s.heap_count } },
+        .{ "kennel: {d} live blocks in {d} bytes, {d} bytes committed, {d} segments, {d} huge blocks ({d} bytes)\n", .{ s.blocksLive(), s.block_bytes, s.committed_bytes, s.segment_count, s.huge_count, s.huge_bytes } },
+        .{ "kennel: {d} heaps abandoned by ended threads, holding {d} pages with live blocks\n", .{ s.abandoned_heaps, s.abandoned_pages } },
+    };
+    inline for (lines) |line| write(context, std.fmt.bufPrint(&buf, line[0], line[1]) catch unreachable);
+    if (s.requested_bytes) |bytes| write(context, std.fmt.bufPrint(&buf, "kennel: {d} bytes requested\n", .{bytes}) catch unreachable);
+    write(context, "kennel: class  block size  live blocks  pages\n");
+    for (s.classes, 0..) |c, class| {
+        if (c.pages == 0) continue;
+        write(context, std.fmt.bufPrint(&buf, "kennel: {d:>5}  {d:>10}  {d:>11}  {d:>5}\n", .{ class, c.block_size, c.blocks_live, c.pages }) catch unreachable);
+    }
+}

@@ -1,0 +1,400 @@
+/*
+ * Misuse from C, fault by fault: usage `faults secure` (linked with
+ * libkennel-secure) or `faults fast` (linked with libkennel).
+ *
+ * Each fault runs in a child process. Under the hardened library the child
+ * must stop: abort() after one line on stderr that names the fault and the
+ * pointer the child announced, or die of SIGSEGV where the fault is an
+ * access to memory kennel has unmapped. Under the fast library each fault
+ * has its own expectation: caught the same way, harmless (the child runs
+ * to its end), or not run at all because it is undefined behaviour that
+ * the fast library does not survive (the reason it is a hardening).
+ */
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static void *volatile the_pointer; /* what the child names */
+static const char *self_path;
+
+/* The child names the pointer on stderr before the fault; stderr is
+   unbuffered, so this allocates nothing. */
+static void announce(void *p) {
+    the_pointer = p;
+    fprintf(stderr, "pointer %p\n", p);
+}
+
+/* ---- Double frees ------------------------------------------------------ */
+
+static void double_free(void) {
+    void *p = malloc(40);
+    announce(p);
+    free(p);
+    free(p);
+}
+
+static void double_free_later(void) {
+    void *p = malloc(200), *q = malloc(200), *r = malloc(200);
+    announce(p);
+    free(p);
+    free(q);
+    free(r);
+    free(p);
+}
+
+static void double_free_huge(void) {
+    void *p = malloc(5 << 20);
+    announce(p);
+    free(p);
+    free(p);
+}
+
+static void double_free_after_reuse(void) {
+    char *p = malloc(64);
+    free(p);
+    char *q = malloc(64); /* most likely p again */
+    free(q);
+    announce(p);
+    free(p);
+}
+
+static void *free_it(void *p) {
+    free(p);
+    return NULL;
+}
+
+static void double_free_two_threads(void) {
+    char *p = malloc(80);
+    pthread_t t;
+    pthread_create(&t, NULL, free_it, p);
+    pthread_join(t, NULL);
+    announce(p);
+    free(p);
+}
+
+/* Two threads free the same block at the same moment: exactly one of the
+   two frees must see the other's. */
+static pthread_barrier_t race_barrier;
+static void *race_free(void *p) {
+    pthread_barrier_wait(&race_barrier);
+    free(p);
+    return NULL;
+}
+
+static void double_free_racing(void) {
+    for (int round = 0; round < 1000; round++) {
+        char *p = malloc(32 + (size_t)round % 64);
+        announce(p);
+        pthread_barrier_init(&race_barrier, NULL, 2);
+        pthread_t t;
+        pthread_create(&t, NULL, race_free, p);
+        race_free(p);
+        pthread_join(t, NULL);
+        pthread_barrier_destroy(&race_barrier);
+    }
+}
+
+/* ---- Invalid pointers -------------------------------------------------- */
+
+static char static_buffer[64];
+
+static void free_stack(void) {
+    char local[32];
+    announce(local);
+    free(the_pointer);
+}
+
+static void free_static(void) {
+    announce(static_buffer + 16);
+    free(the_pointer);
+}
+
+static void free_interior(void) {
+    char *p = malloc(100);
+    announce(p + 16);
+    free(p + 16);
+}
+
+static void free_interior_huge(void) {
+    char *p = malloc(3 << 20);
+    announce(p + 4096);
+    free(p + 4096);
+}
+
+static void realloc_invalid(void) {
+    char local[16];
+    announce(local);
+    void *r = realloc(the_pointer, 100);
+    (void)r;
+}
+
+static void realloc_freed(void) {
+    char *p = malloc(64);
+    free(p);
+    announce(p);
+    void *r = realloc(p, 100);
+    (void)r;
+}
+
+static void usable_size_invalid(void) {
+    announce((void *)0x1000);
+    (void)malloc_usable_size(the_pointer);
+}
+
+static void free_misaligned(void) {
+    char *p = malloc(64);
+    announce(p + 1);
+    free(p + 1);
+}
+
+static void free_never_handed_out(void) {
+    /* 3000-byte blocks: a fresh page links one block at a time, so five
+       blocks further on lies a block kennel never handed out. */
+    char *p = malloc(3000);
+    size_t block = malloc_usable_size(p);
+    announce(p + 5 * block);
+    free(p + 5 * block);
+}
+
+static void free_foreign_mapping(void) {
+    char *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    announce(m + 64);
+    free(m + 64);
+}
+
+static void free_huge_middle(void) {
+    char *p = malloc(6 << 20);
+    announce(p + (5 << 20));
+    free(p + (5 << 20));
+}
+
+/* ---- Corrupted free lists ---------------------------------------------- */
+
+static void write_after_free(void) {
+    char *keep = malloc(72);
+    char *p = malloc(72);
+    announce(p);
+    free(p);
+    memset(p, 'A', 16); /* the link and the mark */
+    char *a = malloc(72); /* p itself */
+    char *b = malloc(72); /* follows p's link */
+    fprintf(stderr, "allocated %p %p\n", (void *)a, (void *)b);
+    free(keep);
+}
+
+/* An overflow off the end of one block into the next, which is free: the
+   overwritten link is caught when that block is handed out. */
+static void overflow_into_free_block(void) {
+    enum { count = 64, size = 96 };
+    char *blocks[count];
+    for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+    /* A block whose upper neighbour is one of ours. */
+    int victim = -1, neighbour = -1;
+    for (int i = 0; i < count && victim < 0; i++)
+        for (int j = 0; j < count; j++)
+            if (blocks[j] == blocks[i] + size) {
+                victim = i;
+                neighbour = j;
+                break;
+            }
+    if (victim < 0) {
+        fprintf(stderr, "no adjacent blocks\n");
+        _exit(2);
+    }
+    for (int i = 0; i < count; i++)
+        if (i != victim) free(blocks[i]);
+    announce(blocks[neighbour]);
+    memset(blocks[victim] + size, 'B', 24); /* 24 bytes too many */
+    for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+}
+
+static void overflow_into_guard_page(void) {
+    char *p = malloc(3 << 20);
+    size_t usable = malloc_usable_size(p);
+    announce(p + usable);
+    memset(p + usable, 'C', 4096);
+}
+
+/* ---- Use after free of a huge block: the mapping is gone (hardened) or
+   cached for reuse (fast, where the read is harmless). -------------------- */
+
+static void read_after_free_huge(void) {
+    volatile char *p = malloc(8 << 20);
+    p[4096] = 7;
+    free((void *)p);
+    announce((void *)p);
+    if (p[4096] == 0x55) fprintf(stderr, "unlikely\n");
+}
+
+/* Writing into the slack after the requested bytes: C programs may use the
+   whole usable size, so neither library objects. */
+static void write_into_slack(void) {
+    char *p = malloc(100);
+    announce(p);
+    memset(p, 1, malloc_usable_size(p));
+    free(p);
+}
+
+/* ---- The table ---------------------------------------------------------- */
+
+enum outcome {
+    ABORT_NAMING, /* abort() after a kennel line naming the pointer */
+    SEGV,         /* killed by SIGSEGV */
+    CLEAN,        /* ran to its end, exit 0 */
+    NOT_RUN,      /* undefined behaviour the library does not survive */
+};
+
+struct fault {
+    const char *name;
+    void (*run)(void);
+    enum outcome secure, fast;
+    const char *message;        /* expected in kennel's line (ABORT_NAMING) */
+    const char *secure_message; /* the same under libkennel-secure, if it differs */
+};
+
+static const struct fault faults[] = {
+    {"free(stack)", free_stack, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"free(static)", free_static, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"free(interior)", free_interior, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(interior huge)", free_interior_huge, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"realloc(invalid)", realloc_invalid, ABORT_NAMING, ABORT_NAMING, "realloc(): invalid pointer", NULL},
+    {"realloc(freed)", realloc_freed, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"malloc_usable_size(invalid)", usable_size_invalid, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"double free", double_free, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free later", double_free_later, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    /* The hardened library has given the mapping back: no trace is left. */
+    {"double free huge", double_free_huge, ABORT_NAMING, ABORT_NAMING, "double free", "not allocated by kennel"},
+    {"double free after reuse", double_free_after_reuse, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free, two threads", double_free_two_threads, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free, racing", double_free_racing, ABORT_NAMING, NOT_RUN, "double free", NULL},
+    {"free(misaligned)", free_misaligned, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(never handed out)", free_never_handed_out, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
+    {"free(foreign mapping)", free_foreign_mapping, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"free(huge middle)", free_huge_middle, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"write after free", write_after_free, ABORT_NAMING, NOT_RUN, "corrupted free list", NULL},
+    {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", NULL},
+    {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
+    {"read after free (huge)", read_after_free_huge, SEGV, CLEAN, NULL, NULL},
+    {"write into slack", write_into_slack, CLEAN, CLEAN, NULL, NULL},
+};
+
+static const char *outcome_name[] = {"abort naming the pointer", "SIGSEGV", "clean exit", "not run"};
+
+static void run_fault(const struct fault *f, enum outcome expected, const char *expected_message) {
+    if (expected == NOT_RUN) {
+        printf("skip  %-28s (undefined behaviour this library does not survive)\n", f->name);
+        return;
+    }
+    int pipefd[2];
+    if (pipe(pipefd) != 0) abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        f->run();
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char out[4096];
+    ssize_t n = 0, r;
+    while (n < (ssize_t)sizeof(out) - 1 && (r = read(pipefd[0], out + n, sizeof(out) - 1 - (size_t)n)) > 0) n += r;
+    out[n] = 0;
+    close(pipefd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+
+    /* The last pointer the child announced. */
+    char announced[64] = "";
+    for (const char *line = strstr(out, "pointer "); line; line = strstr(line + 1, "pointer ")) sscanf(line, "pointer %63s", announced);
+    const char *message = strstr(out, "kennel: ");
+    int ok = 0;
+    switch (expected) {
+    case ABORT_NAMING:
+        ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && message && announced[0] &&
+             strstr(message, announced) && strstr(message, expected_message);
+        break;
+    case SEGV: ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV; break;
+    case CLEAN: ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !message; break;
+    case NOT_RUN: break;
+    }
+    if (ok) {
+        printf("ok    %-28s %s", f->name, expected == ABORT_NAMING ? message : "");
+        if (expected != ABORT_NAMING) printf("%s\n", outcome_name[expected]);
+    } else {
+        printf("FAIL  %-28s expected %s; status 0x%x, stderr:\n%s\n", f->name, outcome_name[expected], status, out);
+        failures++;
+    }
+}
+
+/* ---- Properties of the hardened library --------------------------------- */
+
+/* A fresh page hands out blocks in random order: count how often the next
+   block is the neighbour above the last one. */
+static void check_order(int hardened) {
+    enum { count = 40, size = 120 };
+    char *blocks[count];
+    for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+    size_t step = malloc_usable_size(blocks[0]);
+    int ascending = 0;
+    for (int i = 1; i < count; i++) ascending += blocks[i] == blocks[i - 1] + step;
+    for (int i = 0; i < count; i++) free(blocks[i]);
+    /* In order: 39 of 39. Shuffled: about one in 40. */
+    int ok = hardened ? ascending < 10 : ascending > 30;
+    printf("%s  %-28s %d of %d blocks follow their predecessor\n", ok ? "ok  " : "FAIL", "block order", ascending, count - 1);
+    if (!ok) failures++;
+}
+
+/* With KENNEL_FILL_FREED=1 (read at load: run in a fresh process) freed
+   blocks read as 0xdf past their first two words. */
+static int fill_child(void) {
+    unsigned char *p = malloc(256);
+    memset(p, 0x11, 256);
+    free(p);
+    for (int i = 16; i < 256; i++)
+        if (p[i] != 0xdf) return 1;
+    return 0;
+}
+
+static void check_fill(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[] = {(char *)self_path, "fill-child", NULL};
+        char *envp[] = {"KENNEL_FILL_FREED=1", NULL};
+        execve(self_path, argv, envp);
+        _exit(3);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    printf("%s  %-28s freed blocks read as 0xdf with KENNEL_FILL_FREED=1\n", ok ? "ok  " : "FAIL", "fill freed");
+    if (!ok) failures++;
+}
+
+int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc > 1 && strcmp(argv[1], "fill-child") == 0) return fill_child();
+    if (argc < 2 || (strcmp(argv[1], "secure") != 0 && strcmp(argv[1], "fast") != 0)) {
+        fprintf(stderr, "usage: %s secure|fast\n", argv[0]);
+        return 2;
+    }
+    int hardened = strcmp(argv[1], "secure") == 0;
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+        run_fault(&faults[i], hardened ? faults[i].secure : faults[i].fast,
+                  hardened && faults[i].secure_message ? faults[i].secure_message : faults[i].message);
+    check_order(hardened);
+    if (hardened) check_fill();
+    if (failures) {
+        printf("faults (%s): %d failure(s)\n", argv[1], failures);
+        return 1;
+    }
+    printf("faults (%s): every fault handled as expected\n", argv[1]);
+    return 0;
+}

@@ -1,0 +1,130 @@
+/*
+ * kn_stats after known sequences of operations must count exactly: blocks
+ * live per size class, bytes in blocks, huge blocks, heaps abandoned by
+ * ended threads and the pages they hold, single- and multi-threaded.
+ * Nothing between two snapshots allocates except what the test does.
+ */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kennel.h"
+
+static int failures;
+
+#define CHECK_EQ(what, got, want)                                                                         \
+    do {                                                                                                  \
+        size_t got_ = (got), want_ = (want);                                                              \
+        if (got_ != want_) {                                                                              \
+            printf("FAIL  %s: %zu, expected %zu (line %d)\n", what, got_, want_, __LINE__);            \
+            failures++;                                                                                   \
+        }                                                                                                 \
+    } while (0)
+
+#define CHECK(what, cond)                                                                                 \
+    do {                                                                                                  \
+        if (!(cond)) {                                                                                    \
+            printf("FAIL  %s (line %d)\n", what, __LINE__);                                             \
+            failures++;                                                                                   \
+        }                                                                                                 \
+    } while (0)
+
+static struct kn_stats before, after;
+
+/* The class whose blocks are `block_size` bytes. */
+static size_t class_of(size_t block_size) {
+    for (size_t c = 0; c < KN_CLASS_COUNT; c++)
+        if (before.classes[c].block_size == block_size) return c;
+    printf("FAIL  no class of %zu bytes\n", block_size);
+    exit(1);
+}
+
+enum { small_count = 1000, small_size = 24 };
+static void *small[small_count];
+
+static void *free_half(void *arg) {
+    (void)arg;
+    for (int i = 0; i < small_count; i += 2) free(small[i]);
+    return NULL;
+}
+
+enum { thread_count = 4, per_thread = 2000, left_size = 200 };
+static void *left[thread_count][per_thread];
+
+static void *allocate_and_end(void *arg) {
+    void **mine = arg;
+    for (int i = 0; i < per_thread; i++) mine[i] = malloc(left_size);
+    return NULL; /* ends holding every block */
+}
+
+int main(void) {
+    /* One thread: allocate, check, free from another thread, check. */
+    kn_stats(&before);
+    CHECK_EQ("class count", before.class_count, KN_CLASS_COUNT);
+    for (int i = 0; i < small_count; i++) small[i] = malloc(small_size);
+    kn_stats(&after);
+    size_t block = malloc_usable_size(small[0]);
+    size_t c = class_of(block);
+    CHECK_EQ("live blocks of the class after 1000 mallocs", after.classes[c].blocks_live, before.classes[c].blocks_live + small_count);
+    CHECK_EQ("live blocks after 1000 mallocs", after.blocks_live, before.blocks_live + small_count);
+    CHECK_EQ("bytes in blocks after 1000 mallocs", after.block_bytes, before.block_bytes + small_count * block);
+    CHECK("pages of the class", after.classes[c].pages >= 1);
+    CHECK("committed covers the blocks", after.committed_bytes >= after.block_bytes);
+    CHECK("mapped covers committed", after.mapped_bytes >= after.committed_bytes);
+
+    pthread_t t;
+    pthread_create(&t, NULL, free_half, NULL);
+    pthread_join(t, NULL);
+    kn_stats(&after);
+    CHECK_EQ("live blocks after 500 remote frees", after.classes[c].blocks_live, before.classes[c].blocks_live + small_count / 2);
+    for (int i = 1; i < small_count; i += 2) free(small[i]);
+    kn_stats(&after);
+    CHECK_EQ("live blocks after freeing all", after.blocks_live, before.blocks_live);
+    CHECK_EQ("bytes in blocks after freeing all", after.block_bytes, before.block_bytes);
+
+    /* Huge blocks. */
+    char *huge = malloc(5 << 20);
+    kn_stats(&after);
+    CHECK_EQ("huge blocks", after.huge_count, before.huge_count + 1);
+    CHECK_EQ("huge bytes", after.huge_bytes, before.huge_bytes + malloc_usable_size(huge));
+    CHECK_EQ("bytes in blocks with a huge one", after.block_bytes, before.block_bytes + malloc_usable_size(huge));
+    free(huge);
+    kn_stats(&after);
+    CHECK_EQ("huge blocks after free", after.huge_count, before.huge_count);
+
+    /* Threads that end holding blocks leave abandoned heaps. */
+    kn_stats(&before);
+    pthread_t threads[thread_count];
+    for (int i = 0; i < thread_count; i++) pthread_create(&threads[i], NULL, allocate_and_end, left[i]);
+    for (int i = 0; i < thread_count; i++) pthread_join(threads[i], NULL);
+    kn_stats(&after);
+    size_t lc = class_of(malloc_usable_size(left[0][0]));
+    CHECK_EQ("live blocks left by ended threads", after.classes[lc].blocks_live, before.classes[lc].blocks_live + thread_count * per_thread);
+    CHECK("abandoned heaps", after.abandoned_heaps >= 1);
+    CHECK("abandoned pages", after.abandoned_pages >= 1);
+    for (int i = 0; i < thread_count; i++)
+        for (int j = 0; j < per_thread; j++) free(left[i][j]);
+    kn_stats(&after);
+    CHECK_EQ("live blocks after freeing what ended threads left", after.classes[lc].blocks_live, before.classes[lc].blocks_live);
+    CHECK_EQ("abandoned pages after freeing", after.abandoned_pages, 0);
+
+    /* The printed form. */
+    FILE *f = tmpfile();
+    kn_stats_print(f);
+    rewind(f);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = 0;
+    fclose(f);
+    CHECK("kn_stats_print names live blocks", strstr(text, "live blocks") != NULL);
+    CHECK("kn_stats_print has the mapped line", strstr(text, "bytes mapped, peak") != NULL);
+
+    if (failures) {
+        printf("stats: %d failure(s)\n%s", failures, text);
+        return 1;
+    }
+    printf("stats: exact counts single- and multi-threaded (%zu heaps, %zu segments)\n", after.heap_count, after.segment_count);
+    return 0;
+}

@@ -1,0 +1,137 @@
+//! The hardened configuration (-Dsecure): each detection, committed in a
+//! child process that must stop with kennel's message. Skipped in the fast
+//! configurations, where these faults are undefined behaviour.
+const std = @import("std");
+const builtin = @import("builtin");
+const kennel = @import("kennel");
+const util = @import("util.zig");
+
+const gpa = kennel.allocator;
+const hardening = kennel.config.hardening;
+
+fn doubleFree() void {
+    const block = gpa.alloc(u8, 48) catch unreachable;
+    gpa.free(block);
+    gpa.free(block);
+}
+
+test "hardened: a double free aborts" {
+    if (!hardening.check_frees) return error.SkipZigTest;
+    try util.expectAbort(doubleFree, "double free of 0x");
+}
+
+fn doubleFreeFromAnotherThread() void {
+    const block = gpa.alloc(u8, 48) catch unreachable;
+    const t = std.Thread.spawn(.{}, freeBlock, .{block}) catch unreachable;
+    t.join();
+    gpa.free(block);
+}
+
+fn freeBlock(block: []u8) void {
+    gpa.free(block);
+}
+
+test "hardened: a block freed by two threads aborts" {
+    if (!hardening.check_frees or builtin.single_threaded) return error.SkipZigTest;
+    try util.expectAbort(doubleFreeFromAnotherThread, "double free of 0x");
+}
+
+fn freeStackMemory() void {
+    var local: [64]u8 = undefined;
+    gpa.free(@as([]u8, &local));
+}
+
+test "hardened: a free of memory kennel never returned aborts" {
+    if (!hardening.check_frees) return error.SkipZigTest;
+    try util.expectAbort(freeStackMemory, "not allocated by kennel");
+}
+
+fn freeInterior() void {
+    const block = gpa.alloc(u8, 100) catch unreachable;
+    gpa.free(block[8..]);
+}
+
+test "hardened: a free of an interior pointer aborts" {
+    if (!hardening.check_frees) return error.SkipZigTest;
+    try util.expectAbort(freeInterior, "middle of a block");
+}
+
+fn overflowIntoSlack() void {
+    const block = gpa.alloc(u8, 13) catch unreachable;
+    block.ptr[13] = 0x77; // one byte too far
+    gpa.free(block);
+}
+
+test "hardened: a canary catches a write past the requested length" {
+    if (!hardening.canary) return error.SkipZigTest;
+    try util.expectAbort(overflowIntoSlack, "heap overflow");
+}
+
+fn writeAfterFree() void {
+    const keep = gpa.alloc(u8, 72) catch unreachable;
+    const block = gpa.alloc(u8, 72) catch unreachable;
+    gpa.free(block);
+    @memset(block.ptr[0..16], 'A');
+    const a = gpa.alloc(u8, 72) catch unreachable;
+    const b = gpa.alloc(u8, 72) catch unreachable;
+    gpa.free(a);
+    gpa.free(b);
+    gpa.free(keep);
+}
+
+test "hardened: a write after free is caught when the free list is next used" {
+    if (!hardening.encode_lists) return error.SkipZigTest;
+    try util.expectAbort(writeAfterFree, "corrupted free list");
+}
+
+fn endOfSegmentGuard() void {
+    const block = gpa.alloc(u8, 64) catch unreachable;
+    const segment_bytes = 4 * 1024 * 1024;
+    const segment_end = (@intFromPtr(block.ptr) & ~@as(usize, segment_bytes - 1)) + segment_bytes;
+    const guard: *volatile u8 = @ptrFromInt(segment_end - 1);
+    guard.* = 1;
+}
+
+fn pastHugeBlock() void {
+    const block = gpa.alloc(u8, 3 << 20) catch unreachable;
+    const past: [*]volatile u8 = @ptrFromInt(std.mem.alignForward(usize, @intFromPtr(block.ptr) + block.len, std.heap.pageSize()));
+    past[0] = 1;
+}
+
+test "hardened: guard pages end segments and huge blocks" {
+    if (!hardening.guard_pages) return error.SkipZigTest;
+    try expectFault(endOfSegmentGuard);
+    try expectFault(pastHugeBlock);
+}
+
+/// The child must die of a fault: SIGSEGV, or the abort of a handler that
+/// reports one.
+fn expectFault(comptime body: fn () void) !void {
+    var buffer: [4096]u8 = undefined;
+    const end = try util.runChild(body, &buffer);
+    if (end.signal == null and (end.exit_code orelse 0) == 0) return error.TestGuardPageMissing;
+}
+
+test "hardened: a fresh page hands out blocks in random order" {
+    if (!hardening.randomize) return error.SkipZigTest;
+    var blocks: [40]*[120]u8 = undefined;
+    for (&blocks) |*b| b.* = try gpa.create([120]u8);
+    defer for (blocks) |b| gpa.destroy(b);
+    var ascending: usize = 0;
+    for (blocks[1..], blocks[0 .. blocks.len - 1]) |b, prev| {
+        if (@intFromPtr(b) == @intFromPtr(prev) + 120) ascending += 1;
+    }
+    // In order: 39 of 39; shuffled: about 1.
+    try std.testing.expect(ascending < 10);
+}
+
+test "hardened: freed blocks are filled when filling is on" {
+    if (!kennel.config.fill_freed_default) return error.SkipZigTest;
+    const block = try gpa.alloc(u8, 256);
+    @memset(block, 0x11);
+    const ptr = block.ptr;
+    const keep = try gpa.alloc(u8, 256); // keeps the page in use
+    defer gpa.free(keep);
+    gpa.free(block);
+    for (ptr[16..256]) |byte| try std.testing.expectEqual(@as(u8, 0xdf), byte);
+}

@@ -1,0 +1,108 @@
+//! kennel.stats() counts exactly when nothing else runs: live blocks per
+//! class, bytes in blocks, huge blocks, requested bytes (when counted),
+//! across remote frees and threads that end holding blocks.
+const std = @import("std");
+const builtin = @import("builtin");
+const kennel = @import("kennel");
+
+const gpa = kennel.allocator;
+const size_class_of_24 = 2; // 8, 16, 24: word classes
+
+test "stats: live blocks, bytes in blocks and requested bytes, exactly" {
+    const before = kennel.stats();
+    try std.testing.expectEqual(@as(usize, 24), before.classes[size_class_of_24].block_size);
+    var blocks: [1000]*[24]u8 = undefined;
+    for (&blocks) |*b| b.* = try gpa.create([24]u8);
+    const after = kennel.stats();
+    try std.testing.expectEqual(before.classes[size_class_of_24].blocks_live + 1000, after.classes[size_class_of_24].blocks_live);
+    try std.testing.expectEqual(before.blocksLive() + 1000, after.blocksLive());
+    try std.testing.expectEqual(before.block_bytes + 1000 * 24, after.block_bytes);
+    try std.testing.expect(after.classes[size_class_of_24].pages >= 1);
+    try std.testing.expect(after.committed_bytes >= after.block_bytes);
+    try std.testing.expect(after.mapped_bytes >= after.committed_bytes);
+    if (kennel.config.count_requested) {
+        try std.testing.expectEqual(before.requested_bytes.? + 1000 * 24, after.requested_bytes.?);
+    } else try std.testing.expectEqual(@as(?usize, null), after.requested_bytes);
+
+    // Requested bytes follow resizes; blocks stay where they are.
+    var list = try gpa.alloc(u8, 100);
+    list = try gpa.realloc(list, 3000);
+    list = try gpa.realloc(list, 50);
+    const resized = kennel.stats();
+    if (kennel.config.count_requested) try std.testing.expectEqual(after.requested_bytes.? + 50, resized.requested_bytes.?);
+    try std.testing.expectEqual(after.blocksLive() + 1, resized.blocksLive());
+    gpa.free(list);
+
+    for (blocks) |b| gpa.destroy(b);
+    const freed = kennel.stats();
+    try std.testing.expectEqual(before.blocksLive(), freed.blocksLive());
+    try std.testing.expectEqual(before.block_bytes, freed.block_bytes);
+    if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, freed.requested_bytes.?);
+}
+
+test "stats: huge blocks" {
+    const before = kennel.stats();
+    const huge = try gpa.alloc(u8, 5 << 20);
+    const during = kennel.stats();
+    try std.testing.expectEqual(before.huge_count + 1, during.huge_count);
+    try std.testing.expect(during.huge_bytes >= before.huge_bytes + (5 << 20));
+    try std.testing.expectEqual(before.block_bytes + (during.huge_bytes - before.huge_bytes), during.block_bytes);
+    gpa.free(huge);
+    const after = kennel.stats();
+    try std.testing.expectEqual(before.huge_count, after.huge_count);
+    try std.testing.expectEqual(before.block_bytes, after.block_bytes);
+}
+
+const thread_count = 4;
+const per_thread = 2000;
+
+fn allocateAndEnd(out: *[per_thread]*[200]u8) void {
+    for (out) |*b| b.* = gpa.create([200]u8) catch @panic("out of memory");
+}
+
+fn freeAll(blocks: *[thread_count][per_thread]*[200]u8, from: usize, step: usize) void {
+    var t: usize = 0;
+    while (t < thread_count) : (t += 1) {
+        var i = from;
+        while (i < per_thread) : (i += step) gpa.destroy(blocks[t][i]);
+    }
+}
+
+test "stats: threads that end holding blocks, and frees from other threads" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    const before = kennel.stats();
+    var blocks: [thread_count][per_thread]*[200]u8 = undefined;
+    var threads: [thread_count]std.Thread = undefined;
+    for (&threads, &blocks) |*t, *out| t.* = try std.Thread.spawn(.{}, allocateAndEnd, .{out});
+    for (threads) |t| t.join();
+    const after = kennel.stats();
+    try std.testing.expectEqual(before.blocksLive() + thread_count * per_thread, after.blocksLive());
+    // 200 bytes live in blocks of 208 (128 + 5 * 16).
+    try std.testing.expectEqual(before.block_bytes + thread_count * per_thread * 208, after.block_bytes);
+    // Their threads are gone: with libc the heaps were given up at exit,
+    // without it the ended threads are found by probing.
+    try std.testing.expect(after.abandoned_heaps >= 1);
+    try std.testing.expect(after.abandoned_pages >= 1);
+    if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.? + thread_count * per_thread * 200, after.requested_bytes.?);
+
+    // Half freed by another thread, half by this one.
+    const helper = try std.Thread.spawn(.{}, freeAll, .{ &blocks, 0, 2 });
+    helper.join();
+    const half = kennel.stats();
+    try std.testing.expectEqual(before.blocksLive() + thread_count * per_thread / 2, half.blocksLive());
+    freeAll(&blocks, 1, 2);
+    const done = kennel.stats();
+    try std.testing.expectEqual(before.blocksLive(), done.blocksLive());
+    try std.testing.expectEqual(before.block_bytes, done.block_bytes);
+    try std.testing.expectEqual(@as(usize, 0), done.abandoned_pages);
+    if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, done.requested_bytes.?);
+}
+
+test "stats: printed form" {
+    var buffer: [16 * 1024]u8 = undefined;
+    var writer: std.Io.Writer = .fixed(&buffer);
+    try kennel.printStats(&writer);
+    const text = writer.buffered();
+    try std.testing.expect(std.mem.indexOf(u8, text, "bytes mapped, peak") != null);
+    try std.testing.expect(std.mem.indexOf(u8, text, "live blocks") != null);
+}
