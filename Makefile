@@ -10,7 +10,7 @@ VENV_ZIG    := $(VENV)/bin/zig
 SYSTEM_ZIG  := $(shell command -v zig 2>/dev/null)
 ZIG         := $(if $(and $(SYSTEM_ZIG),$(filter $(ZIG_VERSION),$(shell zig version 2>/dev/null))),zig,$(VENV_ZIG))
 
-.PHONY: all build test bench bench-instr fmt fmt-check clean zig
+.PHONY: all build test bench bench-instr bench-secure fmt fmt-check clean zig
 
 all: build
 
@@ -43,6 +43,10 @@ bench: zig $(VENV)/.matplotlib
 
 bench-instr: zig
 	$(PYTHON) bench/run.py --zig $(ZIG) --instr
+
+# What the hardened build (-Dsecure) and each of its features cost.
+bench-secure: zig $(VENV)/.matplotlib
+	$(PYTHON) bench/run.py --zig $(ZIG) --secure $(if $(QUICK),--quick)
 
 fmt: zig
 	$(ZIG) fmt build.zig build.zig.zon src tests bench

@@ -119,6 +119,7 @@ fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.la
 fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
     const with_mimalloc = b.option(bool, "mimalloc", "Build the mimalloc benchmark binary (needs libmimalloc-dev)") orelse false;
     const with_jemalloc = b.option(bool, "jemalloc", "Build the jemalloc benchmark binary (needs libjemalloc-dev)") orelse false;
+    const with_hardening = b.option(bool, "bench-hardening", "Build the hardened benchmark binaries (make bench-secure)") orelse false;
     const bench_step = b.step("bench", "Build the benchmark binaries into zig-out/bench");
     const entries = [_]struct {
         name: []const u8,
@@ -130,14 +131,15 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         enabled: bool = true,
     }{
         .{ .name = "kennel", .allocator = "kennel" },
-        .{ .name = "kennel-secure", .allocator = "kennel", .features = .secure },
-        // Each hardening feature alone, for its cost (make bench-secure).
-        .{ .name = "kennel-check-frees", .allocator = "kennel", .features = .{ .check_frees = true } },
-        .{ .name = "kennel-encode-lists", .allocator = "kennel", .features = .{ .encode_lists = true } },
-        .{ .name = "kennel-guard-pages", .allocator = "kennel", .features = .{ .guard_pages = true } },
-        .{ .name = "kennel-randomize", .allocator = "kennel", .features = .{ .randomize = true } },
-        .{ .name = "kennel-canary", .allocator = "kennel", .features = .{ .canary = true } },
-        .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true } },
+        // The hardened build, and each hardening feature alone, for what
+        // each costs (make bench-secure).
+        .{ .name = "kennel-secure", .allocator = "kennel", .features = .secure, .enabled = with_hardening },
+        .{ .name = "kennel-check-frees", .allocator = "kennel", .features = .{ .check_frees = true }, .enabled = with_hardening },
+        .{ .name = "kennel-encode-lists", .allocator = "kennel", .features = .{ .encode_lists = true }, .enabled = with_hardening },
+        .{ .name = "kennel-guard-pages", .allocator = "kennel", .features = .{ .guard_pages = true }, .enabled = with_hardening },
+        .{ .name = "kennel-randomize", .allocator = "kennel", .features = .{ .randomize = true }, .enabled = with_hardening },
+        .{ .name = "kennel-canary", .allocator = "kennel", .features = .{ .canary = true }, .enabled = with_hardening },
+        .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true }, .enabled = with_hardening },
         .{ .name = "smp", .allocator = "smp" },
         .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
         .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .system_library = "mimalloc", .enabled = with_mimalloc },

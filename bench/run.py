@@ -12,6 +12,9 @@ bench/results/.
     make bench              full run
     make bench QUICK=1      a short first look
     make bench-instr        instruction counts per alloc+free pair (callgrind)
+    make bench-secure       what the hardened build, and each of its features
+                            alone, costs against the fast build (time, RSS,
+                            instructions per pair)
 """
 
 import argparse
@@ -63,6 +66,9 @@ PEER_LIBRARIES = {"mimalloc": "libmimalloc.so", "jemalloc": "libjemalloc.so"}
 # the link-time names of the same files).
 PRELOAD_LIBRARIES = {"mimalloc": "libmimalloc.so.2", "jemalloc": "libjemalloc.so.2"}
 PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc"]
+# make bench-secure: the fast build, the hardened one, each feature alone.
+HARDENED_ALLOCATORS = ["kennel", "kennel-secure", "kennel-check-frees", "kennel-encode-lists", "kennel-guard-pages",
+                       "kennel-randomize", "kennel-canary", "kennel-fill-freed"]
 
 
 def log(msg):
@@ -240,8 +246,18 @@ def library_path(name):
     return None
 
 
-def build(zig, peers):
+# valgrind (3.19, Debian 12) cannot run AVX-512 code, which a native build
+# on a recent x86_64 machine contains: runs under callgrind use binaries
+# built for x86-64-v3 (AVX2) instead.
+VALGRIND_CPU = "x86_64_v3" if platform.machine() == "x86_64" else None
+
+
+def build(zig, peers, hardening=False, cpu=None):
     cmd = [zig, "build", "install", "bench"] + [f"-D{p}={'true' if peers[p] else 'false'}" for p in peers]
+    if hardening:
+        cmd.append("-Dbench-hardening=true")
+    if cpu:
+        cmd.append(f"-Dcpu={cpu}")
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True)
 
@@ -381,10 +397,12 @@ def write_chart(path, rows, allocators_by_section):
 
 def run_benchmarks(args, peers):
     allocators_by_section = {s: [a for a in names if peers.get(a, True)] for s, names in ALLOCATORS.items()}
+    if args.secure:
+        allocators_by_section = {"mt": HARDENED_ALLOCATORS, "st": []}
     if args.allocators:
         wanted = set(args.allocators.split(","))
         allocators_by_section = {s: [a for a in names if a in wanted or a == "kennel"] for s, names in allocators_by_section.items()}
-    workloads = [w for w in WORKLOADS if not args.only or w[0] in args.only.split(",")]
+    workloads = [w for w in WORKLOADS if (not args.only or w[0] in args.only.split(",")) and allocators_by_section[w[1]]]
     results = {w: {a: [] for a in allocators_by_section[w[1]]} for w in workloads}
     start = time.perf_counter()
     for workload, section in workloads:
@@ -402,16 +420,16 @@ def run_benchmarks(args, peers):
                 log(f"[{elapsed / 60:5.1f} min] {workload + tag:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
     rows = summarize(results)
     preload_rows = []
-    if not args.only and not args.no_preload:
+    if not args.only and not args.no_preload and not args.secure:
         preload_rows = run_preload(args, peers, start)
     elapsed = time.perf_counter() - start
-    command = "make bench" + (" QUICK=1" if args.quick else "")
+    command = ("make bench-secure" if args.secure else "make bench") + (" QUICK=1" if args.quick else "")
     text, _ = render(rows, allocators_by_section, command, elapsed)
     text += render_preload(preload_rows)
     print()
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
-    stem = "quick" if args.quick else "latest"
+    stem = ("secure-" if args.secure else "") + ("quick" if args.quick else "latest")
     with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
         f.write(f"# kennel benchmark results ({stem})\n\n{text}\n")
     write_csv(os.path.join(RESULTS, f"{stem}.csv"), rows, allocators_by_section)
@@ -508,7 +526,7 @@ def run_instructions(args, peers):
         return 1
     groups = ["small", "medium", "large"]
     n = 10000
-    allocators = [a for a in ALLOCATORS["mt"] if peers.get(a, True)]
+    allocators = HARDENED_ALLOCATORS if args.secure else [a for a in ALLOCATORS["mt"] if peers.get(a, True)]
     table = {}
     for a in allocators:
         for group in groups:
@@ -524,12 +542,14 @@ def run_instructions(args, peers):
         lines.append(f"| {a} | " + " | ".join(f"{table[(a, g)]:.1f}" for g in groups) + " |")
     text = "\n".join(lines)
     print()
-    print("Instructions per alloc+free pair through std.mem.Allocator (valgrind callgrind, LIFO, every size of the group; includes the Allocator interface's own work):")
+    cpu = f"; binaries built for {VALGRIND_CPU}" if VALGRIND_CPU else ""
+    print(f"Instructions per alloc+free pair through std.mem.Allocator (valgrind callgrind, LIFO, every size of the group; includes the Allocator interface's own work{cpu}):")
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "instructions.md"), "w") as f:
+    with open(os.path.join(RESULTS, "secure-instructions.md" if args.secure else "instructions.md"), "w") as f:
         f.write("# Instructions per alloc+free pair\n\n")
-        f.write(f"`make bench-instr`, {datetime.datetime.now():%Y-%m-%d}; counts from valgrind callgrind (independent of machine load).\n\n{text}\n")
+        command = "make bench-secure" if args.secure else "make bench-instr"
+        f.write(f"`{command}`, {datetime.datetime.now():%Y-%m-%d}; counts from valgrind callgrind (independent of machine load{cpu}).\n\n{text}\n")
     return 0
 
 
@@ -544,9 +564,10 @@ def main():
     parser.add_argument("--instr", action="store_true", help="instruction counts with callgrind instead")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--no-preload", action="store_true", help="skip the real programs under LD_PRELOAD")
+    parser.add_argument("--secure", action="store_true", help="the hardened build and each of its features against the fast build")
     args = parser.parse_args()
     if args.runs is None:
-        args.runs = 1 if args.quick else 5
+        args.runs = 1 if args.quick else (3 if args.secure else 5)
     if args.scale is None:
         args.scale = 0.3 if args.quick else 1.0
 
@@ -555,11 +576,18 @@ def main():
         peers[name] = library_present(lib)
         if not peers[name]:
             log(f"{name} is not installed ({lib} not found): skipping it (apt-get install lib{name}-dev)")
-    if not args.no_build:
-        build(args.zig, peers)
     if args.instr:
+        if not args.no_build:
+            build(args.zig, peers, hardening=args.secure, cpu=VALGRIND_CPU)
         return run_instructions(args, peers)
-    return run_benchmarks(args, peers)
+    if not args.no_build:
+        build(args.zig, peers, hardening=args.secure)
+    status = run_benchmarks(args, peers)
+    if args.secure and shutil.which("valgrind"):
+        if not args.no_build:
+            build(args.zig, peers, hardening=True, cpu=VALGRIND_CPU)
+        status |= run_instructions(args, peers)
+    return status
 
 
 if __name__ == "__main__":
