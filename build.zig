@@ -186,6 +186,10 @@ const test_configs = [_]struct {
     single_threaded: bool = false,
     link_libc: bool = false,
     features: Features = .{},
+    /// The suite's root; the per-feature configurations run only the
+    /// standard library's allocator tests (enough to compile and use every
+    /// path a feature touches).
+    suite: []const u8 = "tests/all.zig",
 }{
     .{ .name = "debug", .optimize = .debug },
     .{ .name = "release-fast", .optimize = .fast },
@@ -197,6 +201,13 @@ const test_configs = [_]struct {
     .{ .name = "secure-debug", .optimize = .debug, .features = Features.secure },
     .{ .name = "secure-release-fast", .optimize = .fast, .features = withStatsAndFill(Features.secure) },
     .{ .name = "stats-release-safe-libc", .optimize = .safe, .link_libc = true, .features = .{ .count_requested = true } },
+    // Each hardening feature alone (as make bench-secure builds them).
+    .{ .name = "check-frees-debug", .optimize = .debug, .features = .{ .check_frees = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "encode-lists-debug", .optimize = .debug, .features = .{ .encode_lists = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "guard-pages-debug", .optimize = .debug, .features = .{ .guard_pages = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "randomize-debug", .optimize = .debug, .features = .{ .randomize = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "canary-debug", .optimize = .debug, .features = .{ .canary = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "fill-freed-debug", .optimize = .debug, .features = .{ .fill_freed = true }, .suite = "tests/conformance.zig" },
 };
 
 fn withStatsAndFill(features: Features) Features {
@@ -220,7 +231,7 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
             .filters = filters,
             .test_runner = runner,
             .root_module = b.createModule(.{
-                .root_source_file = b.path("tests/all.zig"),
+                .root_source_file = b.path(config.suite),
                 .target = target,
                 .optimize = config.optimize,
                 .single_threaded = config.single_threaded,
@@ -228,7 +239,9 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
                 .imports = &.{.{ .name = "kennel", .module = kennel }},
             }),
         });
-        test_step.dependOn(&b.addRunArtifact(unit).step);
+        // The unit tests do not depend on the configuration's features
+        // beyond what the full suites cover.
+        if (std.mem.eql(u8, config.suite, "tests/all.zig")) test_step.dependOn(&b.addRunArtifact(unit).step);
         test_step.dependOn(&b.addRunArtifact(suite).step);
     }
     if (only == null or std.mem.eql(u8, only.?, "c")) addCTests(b, target, test_step, libs);

@@ -207,7 +207,7 @@ fn fillFreed(ptr: [*]u8) void {
     const segment = Segment.ofPtr(ptr);
     if (segment.kind == .huge) return;
     const page = segment.pageOf(ptr);
-    const block: [*]u8 = @ptrCast(if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Words, @ptrCast(@alignCast(ptr))));
+    const block: [*]u8 = if (page.loadFlags().has_aligned) @ptrCast(page.blockStart(ptr)) else ptr;
     secure.fillFreed(block, page.block_size);
 }
 
