@@ -63,7 +63,7 @@ fn kennelModule(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.l
 }
 
 const CLibraries = struct { shared: *std.Build.Step.Compile, static: *std.Build.Step.Compile };
-const c_library_version: std.SemanticVersion = .{ .major = 0, .minor = 1, .patch = 0 };
+const c_library_version: std.SemanticVersion = .{ .major = 0, .minor = 2, .patch = 0 };
 
 fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features, name: []const u8) CLibraries {
     const module = b.createModule(.{

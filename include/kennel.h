@@ -97,7 +97,8 @@ struct kn_class_stats {
    own metadata (nothing is counted on the allocation paths), so a call walks
    every segment: exact when other threads are quiet, a close snapshot
    otherwise. Requested sizes are not known in C (free does not pass them),
-   so there is no figure for requested bytes. */
+   so there is no figure for requested bytes. The struct grew in 0.2.0 (it
+   held the first three figures only): rebuild against this header. */
 struct kn_stats {
     size_t block_bytes;       /* bytes in live blocks (block sizes) */
     size_t committed_bytes;   /* touched and not given back to the OS */

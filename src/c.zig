@@ -78,6 +78,14 @@ fn free(ptr: ?*anyopaque) callconv(.c) void {
 
 fn calloc(count: usize, size: usize) callconv(.c) ?*anyopaque {
     const len = std.math.mul(usize, count, size) catch return outOfMemory();
+    if (config.valgrind) {
+        // Memcheck must know the block before kennel clears it: a reused
+        // block is inaccessible to everyone until then.
+        const ptr = Heap.alloc(len, max_align_bytes) orelse return outOfMemory();
+        check.afterAlloc(ptr, null, max_align_bytes, false);
+        @memset(ptr[0..len], 0);
+        return ptr;
+    }
     const ptr = Heap.allocZeroed(len, max_align_bytes) orelse return outOfMemory();
     check.afterAlloc(ptr, null, max_align_bytes, true);
     return ptr;

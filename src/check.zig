@@ -204,6 +204,7 @@ fn checkCanary(ptr: [*]u8, len: usize, usable: usize) void {
 
 /// The fill without validation (a build with the fill alone).
 fn fillFreed(ptr: [*]u8) void {
+    if (!secure.fill_freed) return;
     const segment = Segment.ofPtr(ptr);
     if (segment.kind == .huge) return;
     const page = segment.pageOf(ptr);

@@ -32,7 +32,8 @@ pub const Hardening = struct {
     /// checked when followed.
     encode_lists: bool,
     /// The last kernel page of every segment and the page after every huge
-    /// block are inaccessible.
+    /// block are inaccessible, and freed huge mappings go back to the OS at
+    /// once (no cache), so a use after free of one faults.
     guard_pages: bool,
     /// A fresh page hands out its blocks in random order.
     randomize: bool,
@@ -49,9 +50,7 @@ pub const hardening: Hardening = .{
     .canary = options.canary,
 };
 
-/// Any hardening at all: the allocator names itself "secure" in its
-/// messages and keeps no freed huge mapping for reuse (a use after free of
-/// one then faults).
+/// Any hardening at all (the allocator calls itself hardened).
 pub const secure = hardening.check_frees or hardening.encode_lists or hardening.guard_pages or
     hardening.randomize or hardening.canary;
 

@@ -20,9 +20,9 @@
 //! as the heap's free memory and are unmapped by its purge (after the purge
 //! delay, or at once past the cap).
 //!
-//! Hardened (config.secure), a freed mapping goes straight back to the OS,
-//! so a use after free faults, and with guard pages the mapping ends in an
-//! inaccessible page right after the block's last page:
+//! With guard pages (config.hardening.guard_pages), a freed mapping goes
+//! straight back to the OS, so a use after free faults, and the mapping
+//! ends in an inaccessible page right after the block's last page:
 //!
 //!   [header | padding | block | guard]
 //!
@@ -161,7 +161,7 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
     heap.huge_color = (heap.huge_color + 1) % color_count;
     const offset = blockOffset(alignment, heap.huge_color);
     const total = std.math.add(usize, offset, len) catch return null;
-    if (alignment <= segment_size_bytes and !config.secure) {
+    if (alignment <= segment_size_bytes and !config.hardening.guard_pages) {
         if (heap.huge_cache.take(total)) |segment| {
             heap.dirty_bytes -= segment.huge_mapping_bytes;
             const block = setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
@@ -226,7 +226,7 @@ fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: 
 pub fn free(segment: *Segment) void {
     assert(segment.kind == .huge);
     const heap = thread.current();
-    if (config.secure or heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
+    if (config.hardening.guard_pages or heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
         segment.huge_alignment > segment_size_bytes) return unmap(segment);
     // Monotonic: a cached mapping holds no live block (statistics read it).
     @atomicStore(u32, &segment.pages[0].used, 0, .monotonic);

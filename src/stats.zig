@@ -69,29 +69,54 @@ pub const Stats = struct {
     }
 };
 
+/// Abandoned heaps remembered for the segment walk, at most: beyond this,
+/// pages of further abandoned heaps are not counted as abandoned.
+const abandoned_remembered_max = 256;
+
+/// The walk's state: the figures, and the heaps found abandoned beforehand
+/// (finding one can take a system call, which must not happen while the
+/// walk holds removers of segments waiting).
+const Walk = struct {
+    stats: Stats,
+    abandoned: [abandoned_remembered_max]*Heap = undefined,
+    abandoned_len: usize = 0,
+
+    fn isAbandoned(walk: *const Walk, heap: *Heap) bool {
+        return std.mem.indexOfScalar(*Heap, walk.abandoned[0..walk.abandoned_len], heap) != null;
+    }
+};
+
 pub fn collect() Stats {
-    var s: Stats = .{
+    var walk: Walk = .{ .stats = .{
         .mapped_bytes = os.mappedBytes(),
         .mapped_bytes_peak = os.mappedBytesPeak(),
         .heap_count = thread.heapCount(),
-    };
-    for (&s.classes, 0..) |*c, class| c.block_size = size_class.blockSize(@intCast(class));
+    } };
+    for (&walk.stats.classes, 0..) |*c, class| c.block_size = size_class.blockSize(@intCast(class));
+    thread.forEachHeap(&walk, addHeap);
     segment_mod.segment_map.beginRead();
-    segment_mod.segment_map.forEach(&s, addSegment);
+    segment_mod.segment_map.forEach(&walk, addSegment);
     segment_mod.segment_map.endRead();
-    thread.forEachHeap(&s, addHeap);
-    return s;
+    return walk.stats;
 }
 
-fn addHeap(s: *Stats, heap: *Heap) void {
-    if (thread.isAbandoned(heap)) s.abandoned_heaps += 1;
+fn addHeap(walk: *Walk, heap: *Heap) void {
+    const s = &walk.stats;
+    if (thread.isAbandoned(heap)) {
+        s.abandoned_heaps += 1;
+        if (walk.abandoned_len < abandoned_remembered_max) {
+            walk.abandoned[walk.abandoned_len] = heap;
+            walk.abandoned_len += 1;
+        }
+    }
     if (config.count_requested) {
         // Monotonic: the owner stores it with plain (atomic) stores.
         s.requested_bytes = (s.requested_bytes orelse 0) +% @atomicLoad(usize, &heap.requested_bytes, .monotonic);
     }
 }
 
-fn addSegment(s: *Stats, address: usize) void {
+fn addSegment(walk: *Walk, address: usize) void {
+    const s = &walk.stats;
     const segment: *Segment = @ptrFromInt(address);
     const kind = @atomicLoad(segment_mod.Kind, &segment.kind, .monotonic);
     if (kind == .huge) {
@@ -105,7 +130,8 @@ fn addSegment(s: *Stats, address: usize) void {
         s.huge_count += 1;
         s.huge_bytes += usable;
         s.block_bytes += usable;
-        s.committed_bytes += mapping - segment_mod.guardBytes();
+        // Saturating: a header being written may still read as zeroes.
+        s.committed_bytes += mapping -| segment_mod.guardBytes();
         return;
     }
     s.segment_count += 1;
@@ -114,7 +140,7 @@ fn addSegment(s: *Stats, address: usize) void {
     if (page_count == 0 or page_count > segment_mod.page_count_max) return;
     const page = os.pageSize();
     s.committed_bytes += std.mem.alignForward(usize, @offsetOf(Segment, "pages") + @as(usize, page_count) * @sizeOf(@TypeOf(segment.pages[0])), page);
-    const abandoned = if (segment.ownerRelaxed()) |owner| thread.isAbandoned(owner) else false;
+    const abandoned = if (segment.ownerRelaxed()) |owner| walk.isAbandoned(owner) else false;
     // Monotonic: owner-written masks; a snapshot.
     const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
     const dirty_pages = @atomicLoad(u64, &segment.dirty_mask, .monotonic);
@@ -126,7 +152,11 @@ fn addSegment(s: *Stats, address: usize) void {
             if (dirty_pages & bit != 0) s.committed_bytes += std.mem.alignForward(usize, touched, page);
             continue;
         }
+        // In use, or (reserved 0) never usable: the page a guard page took.
+        if (@atomicLoad(u32, &p.reserved, .monotonic) == 0) continue;
         s.committed_bytes += std.mem.alignForward(usize, touched, page);
+        // Hardened: the page's bits in the live map, cleared when it was set up.
+        if (config.hardening.check_frees) s.committed_bytes += @sizeOf(Segment.LiveWords);
         const class = @atomicLoad(size_class.Class, &p.class, .monotonic);
         if (class >= size_class.class_count) continue;
         const used = @atomicLoad(u32, &p.used, .monotonic);

@@ -20,8 +20,11 @@ failures=0
 
 valgrind --tool=memcheck --soname-synonyms=somalloc=nouserintercepts --error-exitcode=99 "$1" >"$out" 2>&1
 rc=$?
-if [ $rc -eq 99 ] && grep -q "Invalid read of size 1" "$out" && grep -q "free'd" "$out" && grep -q "kennel served" "$out"; then
-    echo "ok    memcheck reports a read after free with kennel's valgrind build"
+# Exactly one error: the read after free, and nothing in the correct uses
+# before it.
+if [ $rc -eq 99 ] && grep -q "Invalid read of size 1" "$out" && grep -q "free'd" "$out" &&
+    grep -q "ERROR SUMMARY: 1 errors from 1 contexts" "$out" && grep -q "kennel served" "$out"; then
+    echo "ok    memcheck reports a read after free with kennel's valgrind build, and nothing else"
 else
     echo "FAIL  memcheck with the valgrind build: exit $rc"
     cat "$out"

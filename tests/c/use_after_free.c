@@ -9,6 +9,24 @@
 #include "kennel.h"
 
 int main(void) {
+    /* Correct uses first: memcheck must report nothing for them (a block
+       freed and handed out again, cleared by calloc, grown by realloc,
+       aligned, huge). */
+    for (int round = 0; round < 3; round++) {
+        char *a = malloc(100);
+        a[99] = 1;
+        free(a);
+        char *z = calloc(1, 100);
+        char *r = realloc(z, 5000);
+        if (r[99] != 0) return 3;
+        char *al = aligned_alloc(256, 256);
+        al[255] = (char)r[0];
+        char *h = calloc(1, 3 << 20);
+        h[(3 << 20) - 1] = al[255];
+        free(h);
+        free(al);
+        free(r);
+    }
     char *p = malloc(40);
     for (int i = 0; i < 40; i++) p[i] = (char)i;
     struct kn_stats s;
