@@ -465,9 +465,9 @@ def run_preload(args, peers, start):
                 wall, rss = results[a][-1]
                 log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
         row = {"workload": name}
-        for a, runs in results.items():
-            if runs:
-                row[a] = {"time": statistics.median(r[0] for r in runs), "rss": statistics.median(r[1] for r in runs)}
+        for a, measured in results.items():
+            if measured:
+                row[a] = {"time": statistics.median(r[0] for r in measured), "rss": statistics.median(r[1] for r in measured)}
         rows.append(row)
     return rows
 
