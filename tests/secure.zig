@@ -100,8 +100,50 @@ fn pastHugeBlock() void {
 
 test "hardened: guard pages end segments and huge blocks" {
     if (!hardening.guard_pages) return error.SkipZigTest;
+    // The pages are really there, inaccessible (a fault alone could also
+    // come from unmapped address space)...
+    const small = try gpa.alloc(u8, 64);
+    defer gpa.free(small);
+    const segment_bytes = 4 * 1024 * 1024;
+    const segment_end = (@intFromPtr(small.ptr) & ~@as(usize, segment_bytes - 1)) + segment_bytes;
+    try std.testing.expectEqualStrings("---p", try permissionsAt(segment_end - 1));
+    const huge = try gpa.alloc(u8, 3 << 20);
+    defer gpa.free(huge);
+    const past_huge = std.mem.alignForward(usize, @intFromPtr(huge.ptr) + huge.len, std.heap.pageSize());
+    try std.testing.expectEqualStrings("---p", try permissionsAt(past_huge));
+    try std.testing.expectEqualStrings("rw-p", try permissionsAt(past_huge - 1));
+    // ...and touching them ends the program.
     try expectFault(endOfSegmentGuard);
     try expectFault(pastHugeBlock);
+}
+
+/// The permissions of the mapping that holds `address`, from
+/// /proc/self/maps ("rw-p", "---p", ...).
+fn permissionsAt(address: usize) ![]const u8 {
+    const linux = std.os.linux;
+    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/maps", .{}, 0);
+    if (linux.errno(fd_rc) != .SUCCESS) return error.TestCannotReadMaps;
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    const Static = struct {
+        var buffer: [1 << 20]u8 = undefined;
+    };
+    var len: usize = 0;
+    while (len < Static.buffer.len) {
+        const n = linux.read(fd, Static.buffer[len..].ptr, Static.buffer.len - len);
+        if (linux.errno(n) != .SUCCESS or n == 0) break;
+        len += n;
+    }
+    var lines = std.mem.tokenizeScalar(u8, Static.buffer[0..len], '\n');
+    while (lines.next()) |line| {
+        // "start-end perms offset ..."
+        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
+        const space = std.mem.indexOfScalar(u8, line, ' ') orelse continue;
+        const start = try std.fmt.parseInt(usize, line[0..dash], 16);
+        const end = try std.fmt.parseInt(usize, line[dash + 1 .. space], 16);
+        if (address >= start and address < end) return line[space + 1 .. space + 5];
+    }
+    return error.TestAddressNotMapped;
 }
 
 /// The child must die of a fault: SIGSEGV, or the abort of a handler that
