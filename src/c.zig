@@ -19,6 +19,7 @@ const config = @import("config.zig");
 const secure = @import("secure.zig");
 const stats_mod = @import("stats.zig");
 const size_class = @import("size_class.zig");
+const purge = @import("purge.zig");
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -286,8 +287,8 @@ fn describe() void {
     os.note("hardening: checked frees {s}, encoded free lists {s}, guard pages {s}, random block order {s}, fill freed {s}", .{
         onOff(h.check_frees), onOff(h.encode_lists), onOff(h.guard_pages), onOff(h.randomize), onOff(config.fill_freed_available and secure.fill_freed),
     });
-    os.note("free memory returns to the OS after {d} ms (at once past {d} bytes per heap); statistics at exit {s}", .{
-        heap_mod.purge_delay_ns / std.time.ns_per_ms, heap_mod.purge_cap_bytes, onOff(show_stats),
+    os.note("free memory idle through a {d} ms period goes back to the OS by halves, at once past {d} bytes for all threads together; statistics at exit {s}", .{
+        purge.decay_period_ns / std.time.ns_per_ms, purge.budgetBytes(), onOff(show_stats),
     });
 }
 

@@ -35,27 +35,19 @@ const Kind = segment_mod.Kind;
 const huge = @import("huge.zig");
 const thread = @import("thread.zig");
 const config = @import("config.zig");
+const purge = @import("purge.zig");
 
 /// Requests up to this size (and alignment) take the direct fast path.
 pub const direct_size_max_bytes = 1024;
 const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
 
-/// Free memory (empty pages, spare segments, cached huge mappings) that a
-/// heap may keep resident indefinitely, for quick reuse.
-pub const purge_keep_bytes = 256 * 1024;
-/// Free memory beyond `purge_keep_bytes` goes back to the OS this long after
-/// it was freed, unless it is reused first: a program that frees and
-/// allocates again within the delay pays no page faults for it.
-pub const purge_delay_ns = 10 * std.time.ns_per_ms;
-/// Free memory beyond this goes back at once, without waiting.
-pub const purge_cap_bytes = 32 * 1024 * 1024;
 /// Touched memory of empty pages kept as their size's only page (so that
 /// allocating and freeing one block in a loop does not free and set up the
 /// page each time), at most.
 pub const retain_bytes_max = 1024 * 1024;
 
 /// Empty segments a heap keeps mapped at most.
-pub const spare_count_max = 4;
+pub const spare_count_max = 16;
 
 /// Segments are spread over this many lists per heap by address bits.
 const segment_group_count = 64;
@@ -87,11 +79,19 @@ pub const Heap = struct {
     /// Freed huge mappings kept for reuse.
     huge_cache: huge.Cache,
     /// Touched bytes of free pages, spares and cached huge mappings that may
-    /// be resident.
+    /// be resident: the heap's free memory (see purge.zig).
     dirty_bytes: usize,
-    /// When the free memory beyond `purge_keep_bytes` is due to go back to
-    /// the OS; 0 when nothing is scheduled.
-    purge_due_ns: u64,
+    /// Low-water mark of `dirty_bytes` in the current decay period.
+    dirty_low_bytes: usize,
+    /// `dirty_bytes` as last added to the process-wide total (purge.zig).
+    dirty_reported_bytes: usize,
+    /// The process-wide pressure sum this heap last paid up to (purge.zig).
+    pressure_seen_bytes: u64,
+    /// When the current decay period ends; 0 when none runs.
+    decay_due_ns: u64,
+    /// Decay periods ended so far: free memory stamped with an earlier one
+    /// (Segment.freed_period) is cold, and purges take it first.
+    period_index: u32,
     /// Classes whose only page was kept when it became empty (bit = class);
     /// the next purge frees those still empty.
     retained_classes: u128,
@@ -101,6 +101,8 @@ pub const Heap = struct {
     /// Remote frees until this thread next probes whether the owner of the
     /// block it frees is still alive (thread.absorbIfOrphaned).
     remote_frees_until_probe: u32,
+    /// When the heap's thread gave it up (thread.zig), on os.nowNanoseconds.
+    orphaned_ns: u64,
     /// Offset index for the next huge block (huge.zig).
     huge_color: u32,
     /// Generator state for random block order (hardened; never 0 there).
@@ -127,10 +129,15 @@ pub const Heap = struct {
         .spares = .{},
         .huge_cache = .{},
         .dirty_bytes = 0,
-        .purge_due_ns = 0,
+        .dirty_low_bytes = 0,
+        .dirty_reported_bytes = 0,
+        .pressure_seen_bytes = 0,
+        .decay_due_ns = 0,
+        .period_index = 0,
         .retained_classes = 0,
         .retained_bytes = 0,
         .remote_frees_until_probe = 0,
+        .orphaned_ns = 0,
         .huge_color = 0,
         .random = 0,
         .requested_bytes = 0,
@@ -243,7 +250,7 @@ pub const Heap = struct {
     noinline fn allocGeneric(heap_or_empty: *Heap, class: size_class.Class) ?[*]u8 {
         const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
         heap.processNotices();
-        heap.purgeIfDue();
+        purge.decayIfDue(heap);
         const page = heap.findPage(class) orelse return null;
         return page.pop();
     }
@@ -334,6 +341,7 @@ pub const Heap = struct {
     /// hardened.
     fn extendPage(heap: *Heap, page: *Page) void {
         if (config.hardening.randomize) page.extendShuffled(&heap.random) else page.extend();
+        Segment.ofPtr(page).markTouched(page);
     }
 
     // ==== Free, slow paths ==============================================
@@ -348,11 +356,11 @@ pub const Heap = struct {
     }
 
     /// A free emptied `page`: retire it and, if that gave memory back to a
-    /// segment, purge if due (so a program that only frees for a while still
-    /// returns memory). A page kept as its size's only page costs nothing
+    /// segment, end the decay period if due (so a program that only frees
+    /// for a while still returns memory). A page kept as its size's only page costs nothing
     /// more: a loop allocating and freeing one block comes here every time.
     noinline fn retireAfterFree(heap: *Heap, page: *Page) void {
-        if (heap.retirePage(page) != .nothing) heap.purgeIfDue();
+        if (heap.retirePage(page) != .nothing) purge.decayIfDue(heap);
     }
 
     /// A free by a thread that does not own the block's page.
@@ -449,8 +457,8 @@ pub const Heap = struct {
     fn retirePage(heap: *Heap, page: *Page) Released {
         assert(page.isEntirelyFree() and !page.flags.in_full);
         // Keep a size's only page, so a loop that allocates and frees one
-        // block does not give the page back each time, for the purge delay
-        // (after which it goes like the others) and within a byte budget, so
+        // block does not give the page back each time, until the end of the
+        // decay period (after which it goes like the others) and within a byte budget, so
         // that a program moving through many sizes does not keep a page of
         // each, nor many big ones.
         if (page.retained) return .nothing;
@@ -458,7 +466,7 @@ pub const Heap = struct {
             page.retained = true;
             heap.retained_classes |= @as(u128, 1) << @intCast(page.class);
             heap.retained_bytes += page.touchedBytes();
-            if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
+            purge.schedule(heap);
             return .nothing;
         }
         return heap.freePage(page);
@@ -490,17 +498,28 @@ pub const Heap = struct {
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
         const had_free = segment.hasFreePage();
-        heap.dirty_bytes += page.touchedBytes();
-        segment.releasePage(page);
+        heap.dirty_bytes += segment.releasePage(page);
+        segment.freed_period = heap.period_index;
         var released: Released = .page;
         if (segment.isEmpty()) {
             heap.releaseSegment(segment);
             released = .segment_released;
-        } else if (!had_free and segment.kind != .large) {
-            heap.with_free[@backingInt(segment.kind)].push(segment);
-            segment.in_with_free = true;
+        } else if (segment.kind != .large) {
+            // First in the list: pages are taken from the first segment with
+            // free pages, and this one now has a resident one.
+            const list = &heap.with_free[@backingInt(segment.kind)];
+            if (had_free) {
+                assert(segment.in_with_free);
+                if (list.first != segment) {
+                    list.remove(segment);
+                    list.push(segment);
+                }
+            } else {
+                list.push(segment);
+                segment.in_with_free = true;
+            }
         }
-        heap.dirtyGrew();
+        purge.grew(heap);
         return released;
     }
 
@@ -530,16 +549,18 @@ pub const Heap = struct {
         if (kind != .large) {
             if (heap.with_free[@backingInt(kind)].first) |segment| return heap.takePageFrom(segment);
         }
+        // Its resident memory stays free memory under the new layout.
         const spare = heap.spares.pop() orelse return null;
-        heap.dirty_bytes -= spare.dirtyBytes();
         spare.setLayout(kind);
         heap.addSegment(spare);
         return heap.takePageFrom(spare);
     }
 
     fn takePageFrom(heap: *Heap, segment: *Segment) *Page {
-        const page, const was_dirty = segment.takePage();
-        if (was_dirty) heap.dirty_bytes -= page.touchedBytes();
+        const page, const resident = segment.takePage();
+        if (resident > 0) purge.shrank(heap, resident);
+        const area = segment.pageArea(page.index).len;
+        if (resident < area) purge.makeRoom(heap, area - resident);
         if (segment.in_with_free and !segment.hasFreePage()) {
             heap.with_free[@backingInt(segment.kind)].remove(segment);
             segment.in_with_free = false;
@@ -559,40 +580,38 @@ pub const Heap = struct {
             heap.spares.push(segment);
             return;
         }
-        heap.dirty_bytes -= segment.dirtyBytes();
+        purge.shrank(heap, segment.dirtyBytes());
         segment.destroy();
     }
 
-    /// Free memory grew: give it back at once past the cap, else make sure
-    /// it goes back after the delay. May run anywhere, even in the middle of
-    /// walking a list of pages or segments: it only purges memory (madvise,
-    /// spares, cached huge mappings) and changes no list.
-    pub fn dirtyGrew(heap: *Heap) void {
-        if (heap.dirty_bytes > purge_cap_bytes) return heap.purge(purge_keep_bytes);
-        if (heap.dirty_bytes <= purge_keep_bytes and heap.retained_classes == 0) return;
-        if (heap.purge_due_ns == 0) heap.purge_due_ns = os.nowNanoseconds() + purge_delay_ns;
-    }
-
-    /// Purges if the deadline has passed, including the pages kept as their
-    /// size's only page. Frees pages and so changes lists: call it only at
-    /// the top of a slow path, never while walking a list.
-    fn purgeIfDue(heap: *Heap) void {
-        if (heap.purge_due_ns == 0) return;
-        if (os.nowNanoseconds() < heap.purge_due_ns) return;
-        heap.releaseRetained();
-        heap.purge(purge_keep_bytes);
+    /// The huge cache changed from `before` bytes (huge.zig): account for it.
+    pub fn cacheChanged(heap: *Heap, before: usize) void {
+        const after = heap.huge_cache.bytes;
+        if (after < before) return purge.shrank(heap, before - after);
+        if (after == before) return;
+        heap.dirty_bytes += after - before;
+        purge.grew(heap);
     }
 
     /// Returns resident free memory to the OS until at most `keep_bytes`
-    /// remain.
-    pub fn purge(heap: *Heap, keep_bytes: usize) void {
-        heap.purge_due_ns = 0;
-        // Cached huge mappings first, then spares: nothing in them is about
-        // to be reused; then free pages of segments in use.
-        heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes);
+    /// remain (the policy, when and how much, is in purge.zig): memory freed
+    /// in earlier decay periods first, then, unless `cold_only`, the rest.
+    /// Changes no page or segment list, so it may run while one is walked.
+    pub fn purgeTo(heap: *Heap, keep_bytes: usize, comptime which: enum { cold_only, cold_first }) void {
+        heap.purgeDown(keep_bytes, true);
+        if (which == .cold_first) heap.purgeDown(keep_bytes, false);
+        purge.changed(heap);
+    }
+
+    fn purgeDown(heap: *Heap, keep_bytes: usize, cold_only: bool) void {
+        const before = if (cold_only) heap.period_index else null;
+        // Cached huge mappings first, then spares: they serve fewer requests
+        // than free pages of segments in use, which come last.
+        heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes, before);
         var spare_it = heap.spares.first;
         while (spare_it) |spare| : (spare_it = spare.all.next) {
             if (heap.dirty_bytes <= keep_bytes) return;
+            if (cold_only and spare.freed_period == heap.period_index) continue;
             heap.dirty_bytes -= spare.purgeDirty();
         }
         for (&heap.segments) |*list| {
@@ -602,6 +621,7 @@ pub const Heap = struct {
                 if (heap.dirty_bytes <= keep_bytes) return;
                 assert(steps > 0);
                 steps -= 1;
+                if (cold_only and segment.freed_period == heap.period_index) continue;
                 heap.dirty_bytes -= segment.purgeDirty();
             }
         }
@@ -609,7 +629,7 @@ pub const Heap = struct {
 
     /// Frees the pages kept empty as their class's only page, if still
     /// empty; those in use again lose the mark.
-    fn releaseRetained(heap: *Heap) void {
+    pub fn releaseRetained(heap: *Heap) void {
         var classes = heap.retained_classes;
         heap.retained_classes = 0;
         heap.retained_bytes = 0;
@@ -671,15 +691,17 @@ pub const Heap = struct {
 
     /// Gives back what the heap does not need to keep its live blocks:
     /// collects remote frees, frees empty pages, and returns free memory to
-    /// the OS down to `purge_keep_bytes`. Called when the owning thread ends;
-    /// the little kept resident saves the next thread that takes the heap
-    /// from faulting it all in again.
+    /// the OS down to `purge.keep_bytes`. Called when the owning thread
+    /// ends, after which no decay runs for the heap; the little kept
+    /// resident saves the next thread that takes the heap from faulting it
+    /// all in again.
     pub fn releaseUnused(heap: *Heap) void {
         heap.processNotices();
         heap.releaseRetained();
         for (&heap.queues) |*queue| heap.collectQueue(queue);
         heap.collectQueue(&heap.full);
-        heap.purge(purge_keep_bytes);
+        heap.purgeTo(purge.keep_bytes, .cold_first);
+        heap.decay_due_ns = 0;
     }
 
     /// Frees the entirely free pages of `queue`.
@@ -707,6 +729,8 @@ pub const Heap = struct {
                 // notify us, and notices sent to `other` before it are
                 // caught by the load below.
                 segment.owner.store(heap, .seq_cst);
+                // Its free memory is cold to us: its thread ended.
+                segment.freed_period = heap.period_index -% 1;
                 heap.addSegment(segment);
                 // SeqCst: the load half of the pattern in notifyOwner.
                 if (segment.page_notice.load(.seq_cst) != 0) {
@@ -720,18 +744,24 @@ pub const Heap = struct {
         // more of it (and count it again as it goes).
         heap.dirty_bytes += other.dirty_bytes;
         other.dirty_bytes = 0;
+        purge.changed(other);
         for (&other.queues) |*queue| heap.adoptPages(queue);
         heap.adoptPages(&other.full);
-        heap.dirty_bytes -= heap.huge_cache.takeAll(&other.huge_cache);
+        const other_cached = other.huge_cache.bytes;
+        const cached_before = heap.huge_cache.bytes;
+        heap.huge_cache.takeAll(&other.huge_cache, heap.period_index -% 1);
+        // Entries unmapped because our cache was full are free memory no more.
+        heap.dirty_bytes -= cached_before + other_cached - heap.huge_cache.bytes;
         while (other.spares.pop()) |spare| {
             // Monotonic: an empty segment; nobody frees into it.
             spare.owner.store(heap, .monotonic);
+            spare.freed_period = heap.period_index -% 1;
             heap.keepSpare(spare);
         }
         other.pages_direct = @splat(&page_empty);
         other.with_free = @splat(.{});
-        other.purge_due_ns = 0;
-        heap.dirtyGrew();
+        other.decay_due_ns = 0;
+        purge.grew(heap);
     }
 
     /// Moves the pages of another heap's queue into ours; entirely free

@@ -14,11 +14,23 @@
 //! Resizing grows or shrinks the mapping in place; `remap` may also move it
 //! with mremap, which moves pages without copying them.
 //!
-//! A freed huge mapping goes to the freeing thread's heap cache (if it fits)
-//! instead of back to the OS: a program that frees and allocates big blocks
-//! in a loop then pays neither mmap nor page faults. Cached mappings count
-//! as the heap's free memory and are unmapped by its purge (after the purge
-//! delay, or at once past the cap).
+//! A freed huge mapping goes to the freeing thread's heap cache instead of
+//! back to the OS, and a new huge block of any size may be built from it
+//! (`Cache.assemble`): the smallest cached mapping that holds the block
+//! serves it, and what it has beyond the block is split off (moved with
+//! mremap, no copy) and stays cached; when every cached mapping is
+//! smaller, the largest grows, in place or moving, and only the growth is
+//! fresh memory. So a program that replaces large buffers of varying sizes
+//! touches new memory only where a buffer outgrows the one it replaces.
+//! Cached mappings count as the heap's free memory and go back to the OS
+//! under the purge policy (purge.zig). Every mapping stays one kernel VMA:
+//! mremap cannot move or grow a range made of several, so pages of two
+//! cached mappings are never combined into one block.
+//!
+//! Fresh huge mappings ask for transparent huge pages (os.adviseHugePages):
+//! a huge block is written whole, almost always, and one fault per 2 MiB
+//! costs far less than 512. A block touched only in part may then hold up
+//! to a huge page more than it touched.
 //!
 //! With guard pages (config.hardening.guard_pages), a freed mapping goes
 //! straight back to the OS, so a use after free faults, and the mapping
@@ -37,87 +49,190 @@ const segment_size_bytes = segment_mod.segment_size_bytes;
 const Heap = @import("heap.zig").Heap;
 const thread = @import("thread.zig");
 const config = @import("config.zig");
+const purge = @import("purge.zig");
 
 /// Cached mappings per heap.
-pub const cache_count_max = 8;
-/// Mappings larger than this are unmapped when freed: touching them anew
-/// costs far more than mapping them.
-pub const cache_entry_bytes_max = 64 * 1024 * 1024;
+pub const cache_count_max = 16;
+/// A cached mapping may serve a block with up to this fraction (1/n) of it
+/// to spare: the excess stays with the block (its usable size grows) rather
+/// than being split off.
+const slack_divisor = 8;
+/// An excess above the slack is split off as a cached mapping of its own
+/// when at least this big; a smaller one goes back to the OS (moving it
+/// costs system calls that touching it anew would not repay).
+const split_min_bytes = 1024 * 1024;
 
-/// Freed huge mappings of one heap, most recent last.
+/// A mapping built from cached pages (Cache.assemble).
+const Assembled = struct { segment: *Segment, reused: usize };
+
+/// Freed huge mappings of one heap, oldest first. Owner only.
 pub const Cache = struct {
     entries: [cache_count_max]*Segment = undefined,
     len: usize = 0,
-    /// Sum of the entries' mapping lengths.
+    /// Sum of the entries' mapping lengths: all of it counts as touched.
     bytes: usize = 0,
 
-    /// A cached mapping of at least `total` bytes and at most a quarter
-    /// more, most recently freed first.
-    fn take(cache: *Cache, total: usize) ?*Segment {
-        var i = cache.len;
-        while (i > 0) {
-            i -= 1;
-            const segment = cache.entries[i];
-            const bytes = segment.huge_mapping_bytes;
-            if (bytes >= total and bytes - total <= total / 4) {
-                std.mem.copyForwards(*Segment, cache.entries[i .. cache.len - 1], cache.entries[i + 1 .. cache.len]);
-                cache.len -= 1;
-                cache.bytes -= bytes;
-                return segment;
-            }
-        }
-        return null;
+    fn removeAt(cache: *Cache, i: usize) *Segment {
+        assert(i < cache.len);
+        const segment = cache.entries[i];
+        std.mem.copyForwards(*Segment, cache.entries[i .. cache.len - 1], cache.entries[i + 1 .. cache.len]);
+        cache.len -= 1;
+        cache.bytes -= segment.huge_mapping_bytes;
+        return segment;
     }
 
-    /// Adds a freed mapping, unmapping the oldest entry when full.
-    /// Returns the change in cached bytes.
-    fn put(cache: *Cache, segment: *Segment) isize {
-        var change: isize = @intCast(segment.huge_mapping_bytes);
-        if (cache.len == cache_count_max) {
-            const oldest = cache.entries[0];
-            change -= @intCast(oldest.huge_mapping_bytes);
-            cache.bytes -= oldest.huge_mapping_bytes;
-            std.mem.copyForwards(*Segment, cache.entries[0 .. cache.len - 1], cache.entries[1..cache.len]);
-            cache.len -= 1;
-            unmap(oldest);
+    /// Index of the smallest entry of at least `bytes`, else of the
+    /// largest entry; null when empty.
+    fn bestFit(cache: *const Cache, bytes: usize) ?usize {
+        var fit: ?usize = null;
+        var largest: ?usize = null;
+        for (cache.entries[0..cache.len], 0..) |segment, i| {
+            const m = segment.huge_mapping_bytes;
+            if (m >= bytes and (fit == null or m < cache.entries[fit.?].huge_mapping_bytes)) fit = i;
+            if (largest == null or m > cache.entries[largest.?].huge_mapping_bytes) largest = i;
         }
+        return fit orelse largest;
+    }
+
+    /// Adds a freed mapping (its header already says so), unmapping the
+    /// oldest entry when full.
+    fn put(cache: *Cache, segment: *Segment) void {
+        assert(segment.kind == .huge and segment.pages[0].used == 0);
+        if (cache.len == cache_count_max) unmap(cache.removeAt(0));
         cache.entries[cache.len] = segment;
         cache.len += 1;
         cache.bytes += segment.huge_mapping_bytes;
-        return change;
+    }
+
+    /// A mapping of `mapping` bytes (a page multiple) made of cached pages,
+    /// aligned to a segment, its header not yet written; null when the
+    /// cache is empty or the kernel refuses a step (the cache then keeps
+    /// what it had, or returns it to the OS, never loses track of it).
+    /// `reused` is how many bytes from its start may hold old data; the
+    /// rest is fresh and reads as zeroes.
+    fn assemble(cache: *Cache, mapping: usize) ?Assembled {
+        const index = cache.bestFit(mapping) orelse return null;
+        const segment = cache.removeAt(index);
+        const have = segment.huge_mapping_bytes;
+        if (have >= mapping) {
+            cache.trim(segment, mapping);
+            return .{ .segment = segment, .reused = segment.huge_mapping_bytes };
+        }
+        const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+        var grown: *Segment = segment;
+        if (os.remapInPlace(base, have, mapping)) {
+            segment.huge_mapping_bytes = mapping;
+        } else {
+            // Move it to a reservation of the full length: mremap moves the
+            // pages without copying and leaves the rest fresh.
+            const dest = os.map(mapping, segment_size_bytes, 0) orelse return cache.giveBack(segment);
+            if (!segment_mod.segment_map.add(@ptrCast(dest))) {
+                os.unmap(dest, mapping);
+                return cache.giveBack(segment);
+            }
+            // Out of the map before the pages move (see `remap`).
+            segment_mod.segment_map.remove(segment);
+            if (!os.moveInto(base, have, dest, mapping)) {
+                segment_mod.segment_map.remove(@ptrCast(dest));
+                os.unmap(dest, mapping);
+                return cache.giveBack(restore(segment));
+            }
+            grown = @ptrCast(dest);
+            grown.huge_mapping_bytes = mapping;
+        }
+        return .{ .segment = grown, .reused = have };
+    }
+
+    /// Puts back a mapping `assemble` took (the kernel refused a step).
+    fn giveBack(cache: *Cache, segment: *Segment) ?Assembled {
+        cache.put(segment);
+        return null;
+    }
+
+    /// Cuts a mapping taken from the cache down to `mapping` bytes, unless
+    /// the excess is slack: an excess worth keeping is split off as a cached
+    /// mapping of its own, a smaller one is unmapped.
+    fn trim(cache: *Cache, segment: *Segment, mapping: usize) void {
+        const have = segment.huge_mapping_bytes;
+        assert(have >= mapping);
+        const excess = have - mapping;
+        if (excess <= mapping / slack_divisor) return;
+        const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+        if (excess >= split_min_bytes and cache.len < cache_count_max) split: {
+            const dest = os.map(excess, segment_size_bytes, 0) orelse break :split;
+            if (!segment_mod.segment_map.add(@ptrCast(dest))) {
+                os.unmap(dest, excess);
+                break :split;
+            }
+            if (!os.moveInto(@alignCast(base + mapping), excess, dest, excess)) {
+                segment_mod.segment_map.remove(@ptrCast(dest));
+                os.unmap(dest, excess);
+                break :split;
+            }
+            segment.huge_mapping_bytes = mapping;
+            const tail: *Segment = @ptrCast(dest);
+            writeCachedHeader(tail, excess);
+            tail.freed_period = segment.freed_period;
+            cache.put(tail);
+            return;
+        }
+        // Shrinking a mapping only unmaps its tail: it cannot fail.
+        const shrunk = os.remapInPlace(base, have, mapping);
+        assert(shrunk);
+        segment.huge_mapping_bytes = mapping;
     }
 
     /// Unmaps the oldest entries until at least `wanted` bytes are gone (or
-    /// the cache is empty). Returns the bytes unmapped.
-    pub fn release(cache: *Cache, wanted: usize) usize {
+    /// none is left); the last one may only shrink. With `before`, only
+    /// entries cached in earlier decay periods than that one. Returns the
+    /// bytes released.
+    pub fn release(cache: *Cache, wanted: usize, before: ?u32) usize {
         var released: usize = 0;
-        var kept: usize = 0;
-        for (cache.entries[0..cache.len]) |segment| {
-            if (released < wanted) {
-                released += segment.huge_mapping_bytes;
-                unmap(segment);
-            } else {
-                cache.entries[kept] = segment;
-                kept += 1;
+        var i: usize = 0;
+        // Each step removes entry i or moves past it.
+        while (released < wanted and i < cache.len) {
+            const entry = cache.entries[i];
+            if (before) |period| if (entry.freed_period == period) {
+                i += 1;
+                continue;
+            };
+            const bytes = entry.huge_mapping_bytes;
+            const short = wanted - released;
+            if (bytes > short + split_min_bytes) {
+                // Shrink it by what is still wanted, in whole pages.
+                const keep = std.mem.alignForward(usize, bytes - short, os.pageSize());
+                const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(entry));
+                if (keep < bytes and os.remapInPlace(base, bytes, keep)) {
+                    entry.huge_mapping_bytes = keep;
+                    cache.bytes -= bytes - keep;
+                    released += bytes - keep;
+                }
+                break;
             }
+            unmap(cache.removeAt(i));
+            released += bytes;
         }
-        cache.len = kept;
-        cache.bytes -= released;
         return released;
     }
 
-    /// Moves `other`'s entries here (absorbing a heap). Returns the bytes
-    /// unmapped because this cache was full.
-    pub fn takeAll(cache: *Cache, other: *Cache) usize {
-        var unmapped: usize = 0;
+    /// Moves `other`'s entries here (absorbing a heap), oldest first,
+    /// stamped cold (`period`): their thread ended.
+    pub fn takeAll(cache: *Cache, other: *Cache, period: u32) void {
         for (other.entries[0..other.len]) |segment| {
-            const change = cache.put(segment);
-            unmapped += segment.huge_mapping_bytes - @as(usize, @intCast(change));
+            segment.freed_period = period;
+            cache.put(segment);
         }
         other.* = .{};
-        return unmapped;
     }
 };
+
+/// A mapping whose move failed went back where it was: list it again.
+fn restore(segment: *Segment) *Segment {
+    // Its leaf exists, so adding it back cannot fail.
+    const restored = segment_mod.segment_map.add(segment);
+    assert(restored);
+    return segment;
+}
 
 /// Huge blocks would all start at the same offset from a segment-aligned
 /// base, so the same low address bits: a program writing several of them in
@@ -161,21 +276,35 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
     heap.huge_color = (heap.huge_color + 1) % color_count;
     const offset = blockOffset(alignment, heap.huge_color);
     const total = std.math.add(usize, offset, len) catch return null;
-    if (alignment <= segment_size_bytes and !config.hardening.guard_pages) {
-        if (heap.huge_cache.take(total)) |segment| {
-            heap.dirty_bytes -= segment.huge_mapping_bytes;
-            const block = setHeader(segment, segment.huge_mapping_bytes, offset, alignment);
-            if (zeroed) @memset(block[0..len], 0);
+    const mapping = mappingBytes(total) orelse return null;
+    if (cacheable(alignment)) {
+        const before = heap.huge_cache.bytes;
+        const assembled = heap.huge_cache.assemble(mapping);
+        heap.cacheChanged(before);
+        if (assembled) |a| {
+            purge.makeRoom(heap, a.segment.huge_mapping_bytes -| a.reused);
+            const block = setHeader(a.segment, a.segment.huge_mapping_bytes, offset, alignment);
+            // Only the part made of old pages needs clearing.
+            if (zeroed) @memset(block[0..@min(len, a.reused -| offset)], 0);
             return block;
         }
     }
-    const mapping = mappingBytes(total) orelse return null;
+    purge.makeRoom(heap, mapping);
     const base = mapGuarded(mapping, alignment) orelse return null;
+    os.adviseHugePages(base, mapping);
     if (!segment_mod.segment_map.add(@ptrCast(base))) {
         os.unmap(base, mapping);
         return null;
     }
     return setHeader(@ptrCast(base), mapping, offset, alignment);
+}
+
+/// Whether blocks of `alignment` go through the cache: not when hardened
+/// (a freed mapping goes back to the OS, so a use after free faults), nor
+/// when aligned beyond a segment (their header is not at the mapping's
+/// start).
+fn cacheable(alignment: usize) bool {
+    return !config.hardening.guard_pages and alignment <= segment_size_bytes;
 }
 
 /// The length of a mapping whose header and block take `total` bytes:
@@ -199,19 +328,7 @@ fn mapGuarded(mapping: usize, alignment: usize) ?[*]align(os.page_size_min_bytes
 
 fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: usize) [*]u8 {
     const base: [*]u8 = @ptrCast(segment);
-    // Field by field, not `segment.* = ...`: that would write (and make
-    // resident) the whole page array of the header.
-    segment.owner = .init(null);
-    segment.page_notice = .init(0);
-    segment.kind = .huge;
-    segment.page_shift = 63;
-    segment.page_count = 1;
-    segment.free_mask = 0;
-    segment.dirty_mask = 0;
-    segment.all = .{};
-    segment.with_free = .{};
-    segment.in_with_free = false;
-    segment.huge_mapping_bytes = mapping_bytes;
+    writeHeader(segment, mapping_bytes);
     segment.huge_block_offset = offset;
     segment.huge_alignment = alignment;
     segment.pages[0] = .{ .area = base + offset, .used = 1, .capacity = 1, .reserved = 1 };
@@ -221,18 +338,42 @@ fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: 
     return block;
 }
 
+/// The header of a cached mapping split off another one.
+fn writeCachedHeader(segment: *Segment, mapping_bytes: usize) void {
+    writeHeader(segment, mapping_bytes);
+    segment.huge_block_offset = Segment.metadata_bytes;
+    segment.huge_alignment = 1;
+    segment.pages[0] = .{ .area = @as([*]u8, @ptrCast(segment)) + Segment.metadata_bytes, .used = 0, .capacity = 1, .reserved = 1 };
+}
+
+fn writeHeader(segment: *Segment, mapping_bytes: usize) void {
+    // Field by field, not `segment.* = ...`: that would write (and make
+    // resident) the whole page array of the header.
+    segment.owner = .init(null);
+    segment.page_notice = .init(0);
+    segment.kind = .huge;
+    segment.page_shift = 63;
+    segment.page_count = 1;
+    segment.free_mask = 0;
+    segment.resident_mask = 0;
+    segment.all = .{};
+    segment.with_free = .{};
+    segment.in_with_free = false;
+    segment.huge_mapping_bytes = mapping_bytes;
+}
+
 /// Frees a huge block, from any thread: into the calling thread's cache
-/// when it fits, else back to the OS.
+/// when it may go there, else back to the OS.
 pub fn free(segment: *Segment) void {
     assert(segment.kind == .huge);
     const heap = thread.current();
-    if (config.hardening.guard_pages or heap == &Heap.empty or segment.huge_mapping_bytes > cache_entry_bytes_max or
-        segment.huge_alignment > segment_size_bytes) return unmap(segment);
+    if (heap == &Heap.empty or !cacheable(segment.huge_alignment)) return unmap(segment);
     // Monotonic: a cached mapping holds no live block (statistics read it).
     @atomicStore(u32, &segment.pages[0].used, 0, .monotonic);
-    const change = heap.huge_cache.put(segment);
-    if (change >= 0) heap.dirty_bytes += @intCast(change) else heap.dirty_bytes -= @intCast(-change);
-    heap.dirtyGrew();
+    segment.freed_period = heap.period_index;
+    const before = heap.huge_cache.bytes;
+    heap.huge_cache.put(segment);
+    heap.cacheChanged(before);
 }
 
 fn unmap(segment: *Segment) void {
@@ -266,11 +407,15 @@ pub fn resizeInPlace(segment: *Segment, new_len: usize) bool {
 pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     assert(segment.kind == .huge);
     const offset = segment.huge_block_offset;
-    if (resizeInPlace(segment, new_len)) return @as([*]u8, @ptrCast(segment)) + offset;
+    const guard = segment_mod.guardBytes();
+    const old_mapping = segment.huge_mapping_bytes;
+    if (resizeInPlace(segment, new_len)) {
+        grew(segment, old_mapping - guard);
+        return @as([*]u8, @ptrCast(segment)) + offset;
+    }
     const total = std.math.add(usize, offset, new_len) catch return null;
     const mapping = mappingBytes(total) orelse return null;
     const alignment = segment.huge_alignment;
-    const guard = segment_mod.guardBytes();
     // Reserve the destination and record it in the segment map before any
     // page moves, so that failing leaves the block where it was.
     const dest = mapGuarded(mapping, alignment) orelse return null;
@@ -283,12 +428,9 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     // the bit after that would erase the newcomer's entry.
     segment_mod.segment_map.remove(segment);
     const old: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
-    const old_mapping = segment.huge_mapping_bytes;
     // Only the accessible part moves; the destination keeps its own guard.
     if (!os.moveInto(old, old_mapping - guard, dest, mapping - guard)) {
-        // Its leaf exists, so adding it back cannot fail.
-        const restored = segment_mod.segment_map.add(segment);
-        assert(restored);
+        _ = restore(segment);
         segment_mod.segment_map.remove(@ptrCast(dest));
         os.unmap(dest, mapping);
         return null;
@@ -299,5 +441,14 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     moved.huge_mapping_bytes = mapping;
     moved.pages[0].area = base + offset;
     assert(Segment.ofPtr(base + offset) == moved);
+    grew(moved, old_mapping - guard);
     return base + offset;
+}
+
+/// A block grew from `from` bytes of mapping: the growth is fresh memory.
+fn grew(segment: *Segment, from: usize) void {
+    const to = segment.huge_mapping_bytes;
+    const heap = thread.current();
+    if (to <= from or heap == &Heap.empty) return;
+    purge.makeRoom(heap, to - from);
 }

@@ -147,6 +147,14 @@ pub fn purge(ptr: [*]u8, len: usize) void {
     _ = linux.madvise(@ptrFromInt(start), end - start, linux.MADV.DONTNEED);
 }
 
+/// Asks the kernel to back [ptr, ptr+len) with transparent huge pages
+/// where it can (whole aligned 2 MiB ranges on x86_64): one fault and one
+/// zeroing per huge page instead of one per kernel page. A hint: kernels
+/// with transparent huge pages off ignore it.
+pub fn adviseHugePages(ptr: [*]u8, len: usize) void {
+    _ = linux.madvise(@alignCast(ptr), len, linux.MADV.HUGEPAGE);
+}
+
 /// Makes [ptr, ptr+len) inaccessible (a guard page); false if the kernel
 /// refuses (out of memory for the split mapping).
 pub fn protectNone(ptr: [*]u8, len: usize) bool {
@@ -186,12 +194,19 @@ pub fn moveInto(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, dest: [*]
     return true;
 }
 
-/// A cheap clock for purge deadlines: the coarse monotonic clock, read
-/// through the vDSO without a system call, with a resolution of a few
-/// milliseconds, which is all a purge delay needs.
+/// A cheap clock for decay periods: the coarse monotonic clock, with a
+/// resolution of a few milliseconds, which is all a period needs, read
+/// through the vDSO without a system call. With libc, through libc: std's
+/// own vDSO lookup reads the auxiliary vector that Zig's start code saves,
+/// and in a library loaded into a C program that code never ran, so std
+/// would make a real system call every time.
 pub fn nowNanoseconds() u64 {
     var ts: linux.timespec = undefined;
-    if (linux.errno(linux.clock_gettime(.MONOTONIC_COARSE, &ts)) != .SUCCESS) return 0;
+    if (builtin.link_libc) {
+        if (std.c.clock_gettime(.MONOTONIC_COARSE, &ts) != 0) return 0;
+    } else {
+        if (linux.errno(linux.clock_gettime(.MONOTONIC_COARSE, &ts)) != .SUCCESS) return 0;
+    }
     return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
 }
 

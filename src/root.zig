@@ -12,7 +12,8 @@
 //! - segment.zig     4 MiB aligned regions of pages; metadata by masking
 //! - heap.zig        a thread's pages; the alloc and free fast paths
 //! - thread.zig      heap ownership, thread exit, adoption, fork
-//! - huge.zig        allocations above 1 MiB, one mapping each
+//! - huge.zig        allocations above 1 MiB, one mapping each; their cache
+//! - purge.zig       when free memory goes back to the OS
 //! - os.zig          mmap, munmap, madvise, mremap; mapped-byte counts
 const std = @import("std");
 const builtin = @import("builtin");
@@ -141,6 +142,10 @@ pub fn printStats(writer: *std.Io.Writer) std.Io.Writer.Error!void {
     if (sink.failed) return error.WriteFailed;
 }
 
+/// How long the heap of a thread that ended is left for a new thread to
+/// take whole, before running threads that free into it absorb it.
+pub const orphan_grace_ms = thread.orphan_grace_ns / std.time.ns_per_ms;
+
 /// Gives the calling thread's unused memory back now and hands its heap to
 /// the next thread. Never required (a thread's heap is reclaimed when the
 /// thread ends), but useful before a thread goes idle for a long time.
@@ -154,4 +159,5 @@ test {
     _ = @import("segment.zig");
     _ = os;
     _ = secure;
+    _ = @import("purge.zig");
 }

@@ -115,8 +115,12 @@ pub const Segment = extern struct {
     // ---- Owner only ----
     /// Bit i: page i holds no blocks and may be handed to a size class.
     free_mask: u64,
-    /// Bit i: page i is free and its touched memory may still be resident.
-    dirty_mask: u64,
+    /// Bit c: chunk c (`chunk_bytes` at offset c * chunk_bytes; chunk 0
+    /// from the end of the header) has been touched and not purged since,
+    /// so may be resident. Kept across layouts: a spare segment laid out
+    /// anew still knows which of its memory is resident. The free memory of
+    /// the segment is its resident chunks under free pages.
+    resident_mask: u64,
     /// In the owner's list of all its segments.
     all: Link,
     /// In the owner's list of segments with free pages (small, medium).
@@ -129,6 +133,12 @@ pub const Segment = extern struct {
     huge_block_offset: usize,
     /// Alignment the block was requested with (kept for moving remaps).
     huge_alignment: usize,
+
+    // ---- Owner only (or the cache holding it) ----
+    /// The owner's decay period (Heap.period_index) in which free memory
+    /// last came to this segment or huge mapping: purges take memory from
+    /// earlier periods first (purge.zig).
+    freed_period: u32,
 
     pages: [page_count_max]Page,
 
@@ -203,6 +213,8 @@ pub const Segment = extern struct {
         segment.huge_mapping_bytes = 0;
         segment.huge_block_offset = 0;
         segment.huge_alignment = 0;
+        segment.freed_period = 0;
+        segment.resident_mask = 0;
         segment.setLayout(kind);
         return segment;
     }
@@ -214,7 +226,6 @@ pub const Segment = extern struct {
         segment.page_shift = kind.pageShift();
         segment.page_count = kind.pageCount();
         segment.free_mask = segment.usablePages();
-        segment.dirty_mask = 0;
         for (segment.pages[0..segment.page_count], 0..) |*page, i| {
             page.* = .{ .index = @intCast(i) };
         }
@@ -255,56 +266,118 @@ pub const Segment = extern struct {
         return base[start..end];
     }
 
-    /// Takes a free page, preferring one whose memory is still resident.
-    /// Returns the page and whether it was dirty.
-    pub fn takePage(segment: *Segment) struct { *Page, bool } {
-        assert(segment.free_mask != 0);
-        const dirty_free = segment.free_mask & segment.dirty_mask;
-        const index: u6 = @intCast(@ctz(if (dirty_free != 0) dirty_free else segment.free_mask));
-        const bit = @as(u64, 1) << index;
-        const was_dirty = segment.dirty_mask & bit != 0;
-        segment.free_mask &= ~bit;
-        segment.dirty_mask &= ~bit;
-        return .{ &segment.pages[index], was_dirty };
+    /// Chunks of the resident map: as many as small pages, so that a small
+    /// page is one chunk and every larger page a whole number of them.
+    pub const chunk_bytes = small_page_bytes;
+    const chunk_shift = std.math.log2_int(usize, chunk_bytes);
+
+    comptime {
+        assert(segment_size_bytes / chunk_bytes == 64);
     }
 
-    /// Gives a page back to the segment; its memory stays resident (dirty)
-    /// until the heap purges it.
-    pub fn releasePage(segment: *Segment, page: *Page) void {
+    /// Chunks of `pages` (a mask of pages in the current layout).
+    fn chunksOf(segment: *const Segment, pages: u64) u64 {
+        return chunksOfPages(segment.page_shift, pages);
+    }
+
+    /// Resident bytes under `pages` of a layout with pages of 2^page_shift
+    /// bytes (statistics read another thread's masks and pass them here).
+    pub fn residentBytesUnder(page_shift: u8, pages: u64, resident: u64) usize {
+        return chunkBytes(chunksOfPages(page_shift, pages) & resident);
+    }
+
+    fn chunksOfPages(page_shift: u8, pages: u64) u64 {
+        assert(page_shift >= chunk_shift and page_shift <= std.math.log2_int(usize, segment_size_bytes));
+        const per_page_log2: usize = page_shift - chunk_shift;
+        if (per_page_log2 == 0) return pages;
+        const per_page: usize = @as(usize, 1) << @intCast(per_page_log2);
+        const run: u64 = if (per_page == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(per_page)) - 1;
+        var chunks: u64 = 0;
+        var mask = pages;
+        // At most 8 pages have more than one chunk.
+        while (mask != 0) : (mask &= mask - 1) {
+            const first_chunk: usize = @as(usize, @ctz(mask)) << @intCast(per_page_log2);
+            chunks |= run << @intCast(first_chunk);
+        }
+        return chunks;
+    }
+
+    /// Bytes of memory under `chunks` (chunk 0 starts after the header).
+    fn chunkBytes(chunks: u64) usize {
+        const all = @as(usize, @popCount(chunks)) * chunk_bytes;
+        return if (chunks & 1 != 0) all - header_bytes else all;
+    }
+
+    /// Notes that page `index` has been touched up to its capacity.
+    pub fn markTouched(segment: *Segment, page: *const Page) void {
+        const touched = page.touchedBytes();
+        if (touched == 0) return;
+        const start = @intFromPtr(page.area) - @intFromPtr(segment);
+        const first = start >> chunk_shift;
+        const last = (start + touched - 1) >> chunk_shift;
+        assert(last < 64);
+        const count: u7 = @intCast(last - first + 1);
+        const run = if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
+        segment.resident_mask |= run << @intCast(first);
+    }
+
+    /// Takes a free page, preferring one with resident memory. Returns the
+    /// page and its resident bytes (free memory that goes back into use).
+    pub fn takePage(segment: *Segment) struct { *Page, usize } {
+        assert(segment.free_mask != 0);
+        var pick = segment.free_mask;
+        var mask = segment.free_mask;
+        // At most 64 pages.
+        while (mask != 0) : (mask &= mask - 1) {
+            const bit = mask & (~mask +% 1);
+            if (segment.chunksOf(bit) & segment.resident_mask != 0) {
+                pick = bit;
+                break;
+            }
+        }
+        const index: u6 = @intCast(@ctz(pick));
+        segment.free_mask &= ~(@as(u64, 1) << index);
+        return .{ &segment.pages[index], chunkBytes(segment.chunksOf(@as(u64, 1) << index) & segment.resident_mask) };
+    }
+
+    /// Gives a page back to the segment; its memory stays resident until
+    /// the heap purges it. Returns the page's resident bytes (free memory
+    /// the segment gained).
+    pub fn releasePage(segment: *Segment, page: *Page) usize {
         const bit = @as(u64, 1) << @intCast(page.index);
         assert(segment.free_mask & bit == 0);
         assert(page.next == null and page.prev == null);
         segment.free_mask |= bit;
-        segment.dirty_mask |= bit;
         page.free = null;
         page.used = 0;
         page.flags = .{};
+        return chunkBytes(segment.chunksOf(bit) & segment.resident_mask);
     }
 
-    /// Touched bytes of free pages that may still be resident.
-    pub fn dirtyBytes(segment: *Segment) usize {
-        var total: usize = 0;
-        var mask = segment.dirty_mask;
-        while (mask != 0) : (mask &= mask - 1) {
-            total += segment.pages[@ctz(mask)].touchedBytes();
-        }
-        return total;
+    /// Resident bytes under free pages: the segment's free memory.
+    pub fn dirtyBytes(segment: *const Segment) usize {
+        return chunkBytes(segment.chunksOf(segment.free_mask) & segment.resident_mask);
     }
 
-    /// Returns the memory of every dirty free page to the OS. Returns the
-    /// bytes released (as counted by `dirtyBytes`).
+    /// Returns the resident memory under free pages to the OS, a run of
+    /// adjacent chunks per system call. Returns the bytes released (as
+    /// counted by `dirtyBytes`).
     pub fn purgeDirty(segment: *Segment) usize {
-        var total: usize = 0;
-        var mask = segment.dirty_mask;
-        while (mask != 0) : (mask &= mask - 1) {
-            const index = @ctz(mask);
-            const page = &segment.pages[index];
-            const touched = page.touchedBytes();
-            os.purge(segment.pageArea(index).ptr, touched);
-            total += touched;
+        var chunks = segment.chunksOf(segment.free_mask) & segment.resident_mask;
+        const released = chunkBytes(chunks);
+        segment.resident_mask &= ~chunks;
+        const base: [*]u8 = @ptrCast(segment);
+        const end_limit = segment_size_bytes - guardBytes();
+        // Each step clears a run of set bits.
+        while (chunks != 0) {
+            const first = @ctz(chunks);
+            const run = @ctz(~(chunks >> @intCast(first)));
+            const start = if (first == 0) header_bytes else @as(usize, first) << chunk_shift;
+            const end = @min((@as(usize, first) + run) << chunk_shift, end_limit);
+            if (end > start) os.purge(base + start, end - start);
+            chunks &= if (first + run >= 64) 0 else ~((@as(u64, 1) << @intCast(first + run)) - 1);
         }
-        segment.dirty_mask = 0;
-        return total;
+        return released;
     }
 };
 

@@ -143,15 +143,16 @@ fn addSegment(walk: *Walk, address: usize) void {
     const abandoned = if (segment.ownerRelaxed()) |owner| walk.isAbandoned(owner) else false;
     // Monotonic: owner-written masks; a snapshot.
     const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
-    const dirty_pages = @atomicLoad(u64, &segment.dirty_mask, .monotonic);
+    const resident = @atomicLoad(u64, &segment.resident_mask, .monotonic);
+    const page_shift = @atomicLoad(u8, &segment.page_shift, .monotonic);
+    // Free pages: the memory under them that may still be resident.
+    if (page_shift >= std.math.log2_int(usize, segment_mod.small_page_bytes) and page_shift <= std.math.log2_int(usize, segment_mod.segment_size_bytes))
+        s.committed_bytes += Segment.residentBytesUnder(page_shift, free_pages, resident);
     for (segment.pages[0..page_count], 0..) |*p, i| {
         const bit = @as(u64, 1) << @intCast(i);
         // Monotonic: as above (written by the owner as it extends the page).
         const touched = @as(usize, @atomicLoad(u32, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
-        if (free_pages & bit != 0) {
-            if (dirty_pages & bit != 0) s.committed_bytes += std.mem.alignForward(usize, touched, page);
-            continue;
-        }
+        if (free_pages & bit != 0) continue;
         // In use, or (reserved 0) never usable: the page a guard page took.
         if (@atomicLoad(u32, &p.reserved, .monotonic) == 0) continue;
         s.committed_bytes += std.mem.alignForward(usize, touched, page);

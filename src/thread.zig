@@ -284,12 +284,25 @@ pub fn abandonCurrent() void {
     if (heap == &Heap.empty) return;
     setCurrent(&Heap.empty);
     heap.releaseUnused();
+    heap.orphaned_ns = os.nowNanoseconds();
     const owner: Owner = @bitCast(heap.owner.load(.monotonic));
     assert(owner.state == .active);
     // A plain store suffices: while we are alive and active, no other thread
     // changes the word (rules 1 and 2 need us gone).
     // Release: the next owner's acquire sees the heap as we leave it.
     heap.owner.store(@bitCast(owner.next(.orphaned, 0)), .release);
+}
+
+/// A heap orphaned this recently is left to a thread starting up, which
+/// takes it whole (`claim`), rather than absorbed by a running one: a
+/// program that ends threads and starts new ones then gives each new thread
+/// a heap with memory, instead of one thread all and the others none.
+pub const orphan_grace_ns = 50 * std.time.ns_per_ms;
+
+fn recentlyOrphaned(heap: *Heap) bool {
+    // Written before the release store that orphaned the heap, which the
+    // caller's acquire load of the owner word saw.
+    return os.nowNanoseconds() -% heap.orphaned_ns < orphan_grace_ns;
 }
 
 /// Claims an ownerless heap for absorption by the caller.
@@ -316,7 +329,7 @@ pub fn absorbAnyOrphan(heap: *Heap) bool {
         const other = slot.load(.acquire) orelse continue;
         if (other == heap) continue;
         const owner = loadOwner(other);
-        if (owner.state == .orphaned and claimToAbsorb(other, owner)) {
+        if (owner.state == .orphaned and !recentlyOrphaned(other) and claimToAbsorb(other, owner)) {
             absorbClaimed(heap, other);
             return true;
         }
@@ -355,7 +368,7 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
     if (other == heap) return false;
     const owner = loadOwner(other);
     switch (owner.state) {
-        .orphaned => {},
+        .orphaned => if (recentlyOrphaned(other)) return false,
         .active => {
             // The countdown lives in the freeing thread's own heap.
             if (heap.remote_frees_until_probe > 0) {

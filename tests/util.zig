@@ -22,6 +22,11 @@ pub const SpinLock = struct {
     }
 };
 
+pub fn sleepMilliseconds(ms: u64) void {
+    var ts: std.os.linux.timespec = .{ .sec = @intCast(ms / 1000), .nsec = @intCast((ms % 1000) * std.time.ns_per_ms) };
+    _ = std.os.linux.nanosleep(&ts, &ts);
+}
+
 /// Byte `i` of the pattern of a block with `seed`.
 inline fn patternByte(seed: u64, i: usize) u8 {
     return @truncate((seed +% i) *% 0x9E37_79B9_7F4A_7C15 >> 56);

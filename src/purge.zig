@@ -1,0 +1,190 @@
+//! When free memory goes back to the OS: kennel's purge policy. The
+//! mechanisms (madvise, munmap) are in os.zig; what is free and where is in
+//! heap.zig (empty pages, spare segments) and huge.zig (cached mappings).
+//!
+//! Free memory is worth keeping: giving it back and touching it again costs
+//! a system call, then a page fault and the zeroing of every kernel page,
+//! far more than the allocator's own work. But free memory a heap keeps is
+//! resident, and only that heap can use it. So a heap keeps what its thread
+//! is about to take again and returns the rest, following the program
+//! rather than fixed delays:
+//!
+//! 1. Decay. Time is cut into periods of `decay_period_ns`. The low-water
+//!    mark of a heap's free memory over a period is memory the program did
+//!    not need at any moment of it; at the period's end half of that goes
+//!    back (more when several periods passed unseen). A program that keeps
+//!    reusing its free memory keeps it all; one that stopped returns it
+//!    geometrically, all of it after `decay_periods_max` periods.
+//! 2. Room before fresh memory. A heap about to touch fresh memory (a page
+//!    never used or already purged, a new huge mapping) while it holds free
+//!    memory the request could not use (it prefers resident memory wherever
+//!    it can) returns as much first, beyond `keep_bytes`, of what it freed
+//!    in earlier periods. Memory freed in the current period is kept: a
+//!    program working in rounds is about to take it again, and giving it
+//!    back would not lower its peak.
+//! 3. Pressure between heaps. When a heap touches fresh memory while other
+//!    heaps hold free memory, those heaps owe the process that much: each
+//!    gives back its share (in proportion to what it holds) at its next
+//!    slow path. Threads taking turns then do not hold the peak of each at
+//!    once.
+//! 4. Budget. The free memory of all heaps together stays below
+//!    `budgetBytes`, a share of what the process maps: past it, the heap
+//!    whose free memory grew gives back the excess at once.
+//!
+//! Purges take memory freed in earlier periods first (Segment.freed_period),
+//! cached huge mappings and spare segments before free pages. Everything
+//! here runs on slow paths (a page taken or emptied, a segment or huge
+//! mapping freed), never on the alloc and free fast paths; the clock is
+//! read only while a period is running, and the process-wide figures cost
+//! one atomic add per page taken or emptied.
+//!
+//! Limits: there is no background thread, so a program that stops calling
+//! the allocator keeps the free memory it had (at most the budget) until it
+//! calls again; a heap blocked in its own program cannot pay pressure until
+//! it runs. A thread that ends returns all but `keep_bytes` of its free
+//! memory at once (Heap.releaseUnused): nobody runs its decay later.
+const std = @import("std");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
+const os = @import("os.zig");
+const Heap = @import("heap.zig").Heap;
+
+/// Length of a decay period.
+pub const decay_period_ns = 100 * std.time.ns_per_ms;
+/// Idle memory goes back by halves, one per period; after this many
+/// periods without use, a decay returns all of it.
+pub const decay_periods_max = 8;
+/// Idle free memory below this goes back whole at a period's end rather
+/// than halved forever.
+pub const decay_floor_bytes = 64 * 1024;
+
+/// Free memory a heap keeps while it touches fresh memory, and when its
+/// thread ends.
+pub const keep_bytes = 1024 * 1024;
+
+/// The free memory of all heaps together goes back beyond the larger of
+/// this and a share (1 / 2^n) of the bytes the process maps.
+pub const budget_min_bytes = 4 * 1024 * 1024;
+pub const budget_share_log2 = 3;
+
+pub fn budgetBytes() usize {
+    return @max(budget_min_bytes, os.mappedBytes() >> budget_share_log2);
+}
+
+/// The sum of every heap's `dirty_bytes`, as each last reported it.
+var dirty_total: std.atomic.Value(usize) = .init(0);
+
+/// Bytes of fresh memory heaps touched while other heaps held free memory,
+/// since the process started (see `makeRoom`).
+var pressure_bytes: std.atomic.Value(u64) = .init(0);
+
+/// Free memory of all heaps together (a snapshot).
+pub fn totalBytes() usize {
+    // Monotonic: a budget figure; only its sum needs to be exact.
+    return dirty_total.load(.monotonic);
+}
+
+/// Adds the change of the heap's free memory since its last report to the
+/// total.
+fn report(heap: *Heap) void {
+    const now = heap.dirty_bytes;
+    const before = heap.dirty_reported_bytes;
+    if (now == before) return;
+    heap.dirty_reported_bytes = now;
+    if (builtin.single_threaded) {
+        dirty_total.raw = dirty_total.raw + now - before;
+        return;
+    }
+    // Monotonic: as in totalBytes.
+    if (now > before) _ = dirty_total.fetchAdd(now - before, .monotonic) else _ = dirty_total.fetchSub(before - now, .monotonic);
+}
+
+/// The heap's free memory grew. May run in the middle of walking a list:
+/// a purge changes no page or segment list.
+pub fn grew(heap: *Heap) void {
+    report(heap);
+    payPressure(heap);
+    const budget = budgetBytes();
+    const total = totalBytes();
+    // An eighth of the budget more than the excess, so that a program
+    // hovering at the budget does not purge on every free.
+    if (total > budget) heap.purgeTo(heap.dirty_bytes -| (total - budget + budget / 8), .cold_first);
+    schedule(heap);
+}
+
+/// Free memory of `bytes` went back into use, or to the OS.
+pub fn shrank(heap: *Heap, bytes: usize) void {
+    assert(bytes <= heap.dirty_bytes);
+    heap.dirty_bytes -= bytes;
+    changed(heap);
+}
+
+/// The heap's free memory changed by other means (a purge, or a heap
+/// absorbed with its free memory).
+pub fn changed(heap: *Heap) void {
+    heap.dirty_low_bytes = @min(heap.dirty_low_bytes, heap.dirty_bytes);
+    report(heap);
+}
+
+/// Starts a decay period if none runs and there is something to decay
+/// (free memory, or pages kept as their size's only page).
+pub fn schedule(heap: *Heap) void {
+    if (heap.decay_due_ns != 0) return;
+    if (heap.dirty_bytes == 0 and heap.retained_classes == 0) return;
+    // Never 0, which means "no period running".
+    heap.decay_due_ns = os.nowNanoseconds() +| decay_period_ns;
+    heap.dirty_low_bytes = heap.dirty_bytes;
+}
+
+/// Pays pressure, and ends the decay period if it is over. Frees pages and
+/// so changes lists: call it only at the top of a slow path, never while
+/// walking a list.
+pub fn decayIfDue(heap: *Heap) void {
+    payPressure(heap);
+    if (heap.decay_due_ns == 0) return;
+    const now = os.nowNanoseconds();
+    if (now < heap.decay_due_ns) return;
+    const periods: u6 = @intCast(@min(decay_periods_max, 1 + (now - heap.decay_due_ns) / decay_period_ns));
+    const low = heap.dirty_low_bytes;
+    assert(low <= heap.dirty_bytes);
+    // Pages kept as their size's only page and still empty were idle too.
+    // (The period still runs, so the free memory they add starts none.)
+    const before = heap.dirty_bytes;
+    heap.releaseRetained();
+    const idle = @min(heap.dirty_bytes, low + (heap.dirty_bytes -| before));
+    const returned = if (idle <= decay_floor_bytes or periods >= decay_periods_max) idle else idle - (idle >> periods);
+    if (returned > 0) heap.purgeTo(heap.dirty_bytes - returned, .cold_first);
+    heap.decay_due_ns = 0;
+    heap.period_index +%= 1;
+    schedule(heap);
+}
+
+/// The heap is about to touch `bytes` of fresh memory (rule 2 and 3 above).
+pub fn makeRoom(heap: *Heap, bytes: usize) void {
+    if (heap.dirty_bytes > keep_bytes) heap.purgeTo(@max(keep_bytes, heap.dirty_bytes -| bytes), .cold_only);
+    if (builtin.single_threaded) return;
+    const others = totalBytes() -| heap.dirty_bytes;
+    if (others <= keep_bytes) return;
+    // Monotonic: a running sum, read by payPressure.
+    _ = pressure_bytes.fetchAdd(@min(bytes, others), .monotonic);
+}
+
+/// Gives back this heap's part of the fresh memory other heaps touched
+/// since it last looked: that amount, times its share of all free memory.
+fn payPressure(heap: *Heap) void {
+    if (builtin.single_threaded) return;
+    // Monotonic: as in makeRoom.
+    const now = pressure_bytes.load(.monotonic);
+    const owed = now -% heap.pressure_seen_bytes;
+    if (owed == 0) return;
+    heap.pressure_seen_bytes = now;
+    if (heap.dirty_bytes == 0) return;
+    const total = @max(totalBytes(), heap.dirty_bytes);
+    const share: usize = @intCast(@min(heap.dirty_bytes, @as(u128, owed) * heap.dirty_bytes / total));
+    if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first);
+}
+
+test "the budget grows with the process" {
+    try std.testing.expect(budgetBytes() >= budget_min_bytes);
+    try std.testing.expect(budgetBytes() >= os.mappedBytes() >> budget_share_log2);
+}
