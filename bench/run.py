@@ -260,6 +260,33 @@ def build(zig, peers, hardening=False, cpu=None):
         cmd.append(f"-Dcpu={cpu}")
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True)
+    build_c(zig)
+
+
+C_SOURCES = os.path.join(ROOT, "bench", "c")
+
+
+def c_compiler(zig):
+    """gcc as a C programmer would use it; `zig cc` where there is none."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    return [cc] if cc else [zig, "cc"]
+
+
+def build_c(zig):
+    """The C workloads (bench/c/*.c), each a plain program calling malloc
+    and free, into zig-out/bench/c-<name>; rebuilt when a source is newer."""
+    os.makedirs(BIN, exist_ok=True)
+    header = os.path.join(C_SOURCES, "bench.h")
+    for source in sorted(os.listdir(C_SOURCES)):
+        if not source.endswith(".c"):
+            continue
+        src = os.path.join(C_SOURCES, source)
+        out = os.path.join(BIN, "c-" + source[:-2])
+        if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(src), os.path.getmtime(header)):
+            continue
+        cmd = c_compiler(zig) + ["-O2", "-pthread", "-Wall", "-Wextra", "-Werror", "-o", out, src]
+        log("building: " + " ".join(cmd))
+        subprocess.run(cmd, cwd=ROOT, check=True)
 
 
 def summarize(results):
