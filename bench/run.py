@@ -92,8 +92,20 @@ def binary(section, allocator):
     return os.path.join(BIN, f"bench-{'st-' if section == 'st' else ''}{allocator}")
 
 
+def log_run(start, name, k, runs, allocator, run):
+    log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{runs}  {allocator:12} {run['time']:7.3f} s  "
+        f"{run['rss'] / 2**20:8.1f} MiB  user {run['user']:6.2f} s  sys {run['sys']:6.2f} s  {run['faults']:9d} faults")
+
+
+def rusage_figures(usage):
+    """What a finished process cost the kernel and the CPU, from wait4."""
+    return {"user": usage.ru_utime, "sys": usage.ru_stime, "faults": usage.ru_minflt}
+
+
 def run_measured(section, allocator, workload, scale):
-    """Runs one process; returns (wall seconds, peak RSS bytes, metrics)."""
+    """Runs one process; returns a run: {time (wall seconds), rss (peak
+    bytes), user and sys (CPU seconds), faults (minor page faults),
+    metrics}."""
     cmd = [binary(section, allocator), workload, "--scale", f"{scale}"]
     out_r, out_w = os.pipe()
     start = time.perf_counter()
@@ -115,7 +127,7 @@ def run_measured(section, allocator, workload, scale):
             break
         chunks.append(chunk)
     os.close(out_r)
-    _, status, _ = os.wait4(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - start
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise RuntimeError(f"{os.path.basename(cmd[0])} {workload} failed (status {status})")
@@ -132,20 +144,30 @@ def run_measured(section, allocator, workload, scale):
     # Workloads that cut slow allocators short report the time the nominal
     # work would take at the cost they measured (size-sweep).
     wall = metrics.get("projected_time", wall)
-    return wall, peak, metrics
+    return {"time": wall, "rss": peak, **rusage_figures(usage), "metrics": metrics}
 
 
 # ---- Real programs under LD_PRELOAD ----------------------------------------
 
 
+def parse_launch(text):
+    """The figures bench-launch printed: (seconds, peak RSS, status, user,
+    sys, minor faults), or None."""
+    lines = [l for l in text.splitlines() if l.startswith("launch ")]
+    if not lines:
+        return None
+    _, seconds, rss, status, user, system, faults = lines[-1].split()
+    return {"time": float(seconds), "rss": int(rss), "status": int(status), "user": float(user), "sys": float(system), "faults": int(faults)}
+
+
 def launch(cmd, env):
-    """Runs cmd under bench-launch; returns (seconds, peak RSS bytes)."""
+    """Runs cmd under bench-launch; returns a run (see run_measured)."""
     proc = subprocess.run([os.path.join(BIN, "bench-launch")] + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    line = [l for l in proc.stderr.splitlines() if l.startswith("launch ")]
-    if proc.returncode != 0 or not line:
+    figures = parse_launch(proc.stderr)
+    if proc.returncode != 0 or not figures:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-300:]}")
-    _, seconds, rss, _ = line[-1].split()
-    return float(seconds), int(rss)
+    figures.pop("status")
+    return {**figures, "metrics": {}}
 
 
 def preload_env(allocator, libraries):
@@ -157,7 +179,8 @@ def preload_env(allocator, libraries):
 
 def run_redis(env, requests):
     """redis-server under the allocator, answering a bounded redis-benchmark
-    run (not preloaded); returns (benchmark seconds, server peak RSS)."""
+    run (not preloaded); returns a run: the benchmark's wall time, and the
+    server's peak RSS, CPU time and page faults."""
     import socket
 
     with socket.socket() as s:
@@ -181,10 +204,11 @@ def run_redis(env, requests):
     seconds = time.perf_counter() - start
     subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
     _, err = server.communicate()
-    line = [l for l in err.splitlines() if l.startswith("launch ")]
-    if bench.returncode != 0 or not line:
+    figures = parse_launch(err)
+    if bench.returncode != 0 or not figures:
         raise RuntimeError(f"redis failed: {bench.stderr[-300:]} {err[-300:]}")
-    return seconds, int(line[-1].split()[2])
+    figures.pop("status")
+    return {**figures, "time": seconds, "metrics": {}}
 
 
 def preload_programs(scale):
@@ -289,19 +313,26 @@ def build_c(zig):
         subprocess.run(cmd, cwd=ROOT, check=True)
 
 
+FIGURES = ["time", "rss", "user", "sys", "faults"]
+
+
+def median_cell(runs):
+    """The median of each figure over the runs of one workload and allocator."""
+    cell = {k: statistics.median(r[k] for r in runs) for k in FIGURES}
+    cell["metrics"] = {k: statistics.median(r["metrics"][k] for r in runs if k in r["metrics"]) for k in runs[0]["metrics"]}
+    return cell
+
+
 def summarize(results):
-    """results[(workload, section)][allocator] = list of (wall, rss, metrics)."""
+    """results[(workload, section)][allocator] = list of runs (see
+    run_measured); each cell holds the medians of the runs' figures."""
     rows = []
     for (workload, section), per_alloc in results.items():
         row = {"workload": workload, "section": section}
         for allocator, runs in per_alloc.items():
             if not runs:
                 continue
-            row[allocator] = {
-                "time": statistics.median(r[0] for r in runs),
-                "rss": statistics.median(r[1] for r in runs),
-                "metrics": {k: statistics.median(r[2][k] for r in runs if k in r[2]) for k in runs[0][2]},
-            }
+            row[allocator] = median_cell(runs)
         rows.append(row)
     return rows
 
@@ -437,14 +468,12 @@ def run_benchmarks(args, peers):
         for k in range(1, args.runs + 1):
             for a in allocators:
                 try:
-                    wall, rss, metrics = run_measured(section, a, workload, args.scale)
+                    run = run_measured(section, a, workload, args.scale)
                 except RuntimeError as e:
                     log(f"  FAILED: {e}")
                     continue
-                results[(workload, section)][a].append((wall, rss, metrics))
-                elapsed = time.perf_counter() - start
-                tag = "" if section == "mt" else " (st)"
-                log(f"[{elapsed / 60:5.1f} min] {workload + tag:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
+                results[(workload, section)][a].append(run)
+                log_run(start, workload + ("" if section == "mt" else " (st)"), k, args.runs, a, run)
     rows = summarize(results)
     preload_rows = []
     if not args.only and not args.no_preload and not args.secure:
@@ -489,12 +518,11 @@ def run_preload(args, peers, start):
                 except RuntimeError as e:
                     log(f"  FAILED: {a}: {e}")
                     continue
-                wall, rss = results[a][-1]
-                log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
+                log_run(start, name, k, runs, a, results[a][-1])
         row = {"workload": name}
         for a, measured in results.items():
             if measured:
-                row[a] = {"time": statistics.median(r[0] for r in measured), "rss": statistics.median(r[1] for r in measured)}
+                row[a] = median_cell(measured)
         rows.append(row)
     return rows
 
