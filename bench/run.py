@@ -51,7 +51,7 @@ WORKLOADS = [
     ("size-sweep", "st"),
 ]
 ALLOCATORS = {
-    "mt": ["kennel", "smp", "glibc", "mimalloc", "jemalloc"],
+    "mt": ["kennel", "smp", "glibc", "mimalloc", "jemalloc", "tcmalloc"],
     "st": ["kennel", "glibc", "std-default"],
 }
 # Extra figures worth a column of their own: (workload, metric, label).
@@ -61,11 +61,15 @@ DETAILS = [
     ("mpsc", "rss_slope", "mpsc: RSS slope over the second half, MB/s"),
     ("fragmentation", "rss_over_live", "fragmentation: RSS at end over live bytes"),
 ]
-PEER_LIBRARIES = {"mimalloc": "libmimalloc.so", "jemalloc": "libjemalloc.so"}
-# Runtime libraries for LD_PRELOAD (the -dev packages' libraries above are
-# the link-time names of the same files).
-PRELOAD_LIBRARIES = {"mimalloc": "libmimalloc.so.2", "jemalloc": "libjemalloc.so.2"}
-PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc"]
+# Each peer's runtime library (the name without its version) and the Debian
+# package that installs it. The benchmark links it by path and preloads it,
+# so the -dev packages are not needed.
+PEER_LIBRARIES = {
+    "mimalloc": ("libmimalloc.so", "libmimalloc2.0"),
+    "jemalloc": ("libjemalloc.so", "libjemalloc2"),
+    "tcmalloc": ("libtcmalloc_minimal.so", "libtcmalloc-minimal4"),
+}
+PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 # make bench-secure: the fast build, the hardened one, each feature alone.
 HARDENED_ALLOCATORS = ["kennel", "kennel-secure", "kennel-check-frees", "kennel-encode-lists", "kennel-guard-pages",
                        "kennel-randomize", "kennel-canary", "kennel-fill-freed"]
@@ -75,17 +79,43 @@ def log(msg):
     print(msg, flush=True)
 
 
-def library_present(name):
+LIBRARY_DIRS = ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
+
+
+def peer_library(base):
+    """The path of the runtime library `base`.N (e.g. libmimalloc.so.2),
+    from the dynamic linker's cache, else from the usual directories; the
+    unversioned name (a -dev package's link) only where no versioned one
+    exists. None if the library is not installed."""
     try:
         out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
     except OSError:
         out = ""
-    if name in out:
-        return True
-    return any(
-        os.path.exists(os.path.join(d, name))
-        for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
-    )
+    found = {}
+    for line in out.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if "=>" in line and (name == base or re.fullmatch(re.escape(base) + r"(\.[0-9]+)+", name)):
+            found.setdefault(name, line.split("=>", 1)[1].strip())
+    for d in LIBRARY_DIRS:
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name == base or re.fullmatch(re.escape(base) + r"(\.[0-9]+)+", name):
+                    found.setdefault(name, os.path.join(d, name))
+    versioned = sorted((n for n in found if n != base), key=len)
+    if versioned:
+        return found[versioned[0]]
+    return found.get(base)
+
+
+def find_peers():
+    """{peer: path of its runtime library, or None}, with a note for each
+    peer that is missing."""
+    peers = {}
+    for name, (base, package) in PEER_LIBRARIES.items():
+        peers[name] = peer_library(base)
+        if peers[name] is None:
+            log(f"{name} is not installed ({base}.N not found): skipping it (apt-get install {package})")
+    return peers
 
 
 def binary(section, allocator):
@@ -256,20 +286,6 @@ def machine_description():
     return f"{os.cpu_count()} cores ({cpu}){mem}, Linux {platform.release()}"
 
 
-def library_path(name):
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    except OSError:
-        out = ""
-    for line in out.splitlines():
-        if line.strip().startswith(name + " ") and "=>" in line:
-            return line.split("=>", 1)[1].strip()
-    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]:
-        if os.path.exists(os.path.join(d, name)):
-            return os.path.join(d, name)
-    return None
-
-
 # valgrind (3.19, Debian 12) cannot run AVX-512 code, which a native build
 # on a recent x86_64 machine contains: runs under callgrind use binaries
 # built for x86-64-v3 (AVX2) instead.
@@ -277,7 +293,7 @@ VALGRIND_CPU = "x86_64_v3" if platform.machine() == "x86_64" else None
 
 
 def build(zig, peers, hardening=False, cpu=None):
-    cmd = [zig, "build", "install", "bench"] + [f"-D{p}={'true' if peers[p] else 'false'}" for p in peers]
+    cmd = [zig, "build", "install", "bench"] + [f"-D{p}={path}" for p, path in peers.items() if path]
     if hardening:
         cmd.append("-Dbench-hardening=true")
     if cpu:
@@ -285,6 +301,22 @@ def build(zig, peers, hardening=False, cpu=None):
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True)
     build_c(zig)
+    for peer, path in peers.items():
+        if path and peer != "mimalloc":
+            check_binding(binary("mt", peer), path)
+
+
+def check_binding(program, library):
+    """jemalloc's and tcmalloc's binaries call malloc by its C name, which
+    the dynamic linker binds to the first library that defines it: make
+    sure that is the peer and not the C library, or the column would be
+    glibc's."""
+    env = dict(os.environ, LD_DEBUG="bindings")
+    proc = subprocess.run([program, "symmetric", "--scale", "0.001"], env=env, capture_output=True, text=True)
+    names = {os.path.basename(library), os.path.basename(os.path.realpath(library))}
+    bound = [l for l in proc.stderr.splitlines() if f"{os.path.basename(program)} [0] to " in l and "normal symbol `malloc'" in l]
+    if not bound or not all(any(n in l.split(" to ", 1)[1] for n in names) for l in bound):
+        raise SystemExit(f"{os.path.basename(program)}: malloc is not bound to {library}: {bound[:2]}")
 
 
 C_SOURCES = os.path.join(ROOT, "bench", "c")
@@ -454,7 +486,7 @@ def write_chart(path, rows, allocators_by_section):
 
 
 def run_benchmarks(args, peers):
-    allocators_by_section = {s: [a for a in names if peers.get(a, True)] for s, names in ALLOCATORS.items()}
+    allocators_by_section = {s: [a for a in names if a not in peers or peers[a]] for s, names in ALLOCATORS.items()}
     if args.secure:
         allocators_by_section = {"mt": HARDENED_ALLOCATORS, "st": []}
     if args.allocators:
@@ -496,11 +528,7 @@ def run_benchmarks(args, peers):
 
 
 def run_preload(args, peers, start):
-    libraries = {"kennel": os.path.join(ROOT, "zig-out", "lib", "libkennel.so")}
-    for name, lib in PRELOAD_LIBRARIES.items():
-        path = library_path(lib)
-        if path:
-            libraries[name] = path
+    libraries = {"kennel": os.path.join(ROOT, "zig-out", "lib", "libkennel.so"), **{p: path for p, path in peers.items() if path}}
     allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
     programs = preload_programs(args.scale)
     if not programs:
@@ -581,7 +609,7 @@ def run_instructions(args, peers):
         return 1
     groups = ["small", "medium", "large"]
     n = 10000
-    allocators = HARDENED_ALLOCATORS if args.secure else [a for a in ALLOCATORS["mt"] if peers.get(a, True)]
+    allocators = HARDENED_ALLOCATORS if args.secure else [a for a in ALLOCATORS["mt"] if a not in peers or peers[a]]
     table = {}
     for a in allocators:
         for group in groups:
@@ -626,11 +654,7 @@ def main():
     if args.scale is None:
         args.scale = 0.3 if args.quick else 1.0
 
-    peers = {}
-    for name, lib in PEER_LIBRARIES.items():
-        peers[name] = library_present(lib)
-        if not peers[name]:
-            log(f"{name} is not installed ({lib} not found): skipping it (apt-get install lib{name}-dev)")
+    peers = find_peers()
     if args.instr:
         if not args.no_build:
             build(args.zig, peers, hardening=args.secure, cpu=VALGRIND_CPU)
