@@ -683,11 +683,11 @@ def run_benchmarks(args, peers):
     return 1 if failures else 0
 
 
-def callgrind_instructions(cmd):
+def callgrind_instructions(cmd, env=None, options=()):
     """Returns (instructions executed, pairs the program reports)."""
     proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
-        capture_output=True, text=True,
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *options] + cmd,
+        capture_output=True, text=True, env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"valgrind failed on {' '.join(cmd)}: {proc.stderr[-500:]}")
@@ -720,10 +720,12 @@ def run_instructions(args, peers):
              "| --- | " + " | ".join("---" for _ in groups) + " |"]
     for a in allocators:
         lines.append(f"| {a} | " + " | ".join(f"{table[(a, g)]:.1f}" for g in groups) + " |")
-    text = "\n".join(lines)
-    print()
     cpu = f"; binaries built for {VALGRIND_CPU}" if VALGRIND_CPU else ""
-    print(f"Instructions per alloc+free pair through std.mem.Allocator (valgrind callgrind, LIFO, every size of the group; includes the Allocator interface's own work{cpu}):")
+    zig_title = ("Through std.mem.Allocator, from Zig (LIFO, every size of the group; includes the Allocator interface's own work and, "
+                 "for the peers, the wrapper in bench/allocators.zig):")
+    c_lines = c_pair_instructions(args, peers)
+    text = "\n".join([zig_title, ""] + lines + ([""] + c_lines if c_lines else []))
+    print()
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "secure-instructions.md" if args.secure else "instructions.md"), "w") as f:
@@ -731,6 +733,43 @@ def run_instructions(args, peers):
         command = "make bench-secure" if args.secure else "make bench-instr"
         f.write(f"`{command}`, {datetime.datetime.now():%Y-%m-%d}; counts from valgrind callgrind (independent of machine load{cpu}).\n\n{text}\n")
     return 0
+
+
+# The C pair counts only what runs inside these functions (and what they
+# call): callgrind names every allocator's entry points so, mimalloc's and
+# tcmalloc's included, whose malloc is an alias of mi_malloc / tc_malloc.
+C_PAIR_ENTRY_POINTS = ["malloc", "free"]
+
+
+def c_pair_instructions(args, peers):
+    """Instructions per malloc+free pair for the allocator alone, from C:
+    bench/c/instr_pair.c (a ring of 64 live blocks of 16 B-1 KiB) under
+    LD_PRELOAD, callgrind collecting only inside malloc and free, runs of
+    n and 2n pairs so that start-up costs cancel out. Returns table lines."""
+    program = os.path.join(BIN, "c-instr_pair")
+    libraries = preload_libraries(peers)
+    if args.secure:
+        libraries = {"kennel": libraries["kennel"], "kennel-secure": os.path.join(ROOT, "zig-out", "lib", "libkennel-secure.so")}
+        allocators = ["kennel", "kennel-secure"]
+    else:
+        allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
+    options = [f"--toggle-collect={f}" for f in C_PAIR_ENTRY_POINTS]
+    n = 20000
+    lines = ["From C, malloc+free for the allocator alone (bench/c/instr_pair.c under LD_PRELOAD, glibc plain: a ring of 64 live "
+             "blocks, each step frees the oldest and mallocs 16 B-1 KiB; callgrind counts only inside malloc and free, not the "
+             "program's loop):", "", "| allocator | instructions per malloc+free pair |", "| --- | --- |"]
+    for a in allocators:
+        env = preload_env(a, libraries)
+        one, pairs_one = callgrind_instructions([program, str(n)], env, options)
+        two, pairs_two = callgrind_instructions([program, str(2 * n)], env, options)
+        per_pair = (two - one) / (pairs_two - pairs_one)
+        # A bump allocator counts 9 (8 in malloc, a return in free): fewer
+        # means the toggles did not match the library's function names.
+        if per_pair < 5:
+            raise RuntimeError(f"{a}: {per_pair:.1f} instructions per pair: callgrind did not see its malloc and free")
+        log(f"{a:10} C pair  {per_pair:8.1f} instructions per pair")
+        lines.append(f"| {a} | {per_pair:.1f} |")
+    return lines
 
 
 def main():
