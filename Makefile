@@ -36,8 +36,8 @@ test: zig
 	$(ZIG) build test --summary all
 
 # QUICK=1 for a short first look. Peers that are not installed are skipped
-# with a note; install them with:
-#   apt-get install libmimalloc-dev libjemalloc-dev
+# with a note; their runtime libraries are enough (no -dev packages):
+#   apt-get install libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
 bench: zig $(VENV)/.matplotlib
 	$(PYTHON) bench/run.py --zig $(ZIG) $(if $(QUICK),--quick)
 

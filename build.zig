@@ -113,12 +113,15 @@ fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.la
     return libs;
 }
 
-/// The benchmark binaries, one per allocator (mimalloc and jemalloc replace
-/// malloc in any process that links them), always built ReleaseFast and
-/// installed in zig-out/bench/. bench/run.py drives them.
+/// The benchmark binaries, one per allocator (mimalloc, jemalloc and
+/// tcmalloc replace malloc in any process that links them), always built
+/// ReleaseFast and installed in zig-out/bench/. bench/run.py drives them.
+/// A peer is linked by the path of its runtime library (run.py finds it
+/// with ldconfig), so only the runtime package is needed, not -dev.
 fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
-    const with_mimalloc = b.option(bool, "mimalloc", "Build the mimalloc benchmark binary (needs libmimalloc-dev)") orelse false;
-    const with_jemalloc = b.option(bool, "jemalloc", "Build the jemalloc benchmark binary (needs libjemalloc-dev)") orelse false;
+    const mimalloc_lib = b.option([]const u8, "mimalloc", "Build the mimalloc benchmark binary, linking this library (e.g. /usr/lib/x86_64-linux-gnu/libmimalloc.so.2)");
+    const jemalloc_lib = b.option([]const u8, "jemalloc", "Build the jemalloc benchmark binary, linking this library (libjemalloc.so.2)");
+    const tcmalloc_lib = b.option([]const u8, "tcmalloc", "Build the tcmalloc benchmark binary, linking this library (libtcmalloc_minimal.so.4)");
     const with_hardening = b.option(bool, "bench-hardening", "Build the hardened benchmark binaries (make bench-secure)") orelse false;
     const bench_step = b.step("bench", "Build the benchmark binaries into zig-out/bench");
     const entries = [_]struct {
@@ -127,7 +130,8 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         features: Features = .{},
         single_threaded: bool = false,
         link_libc: bool = false,
-        system_library: ?[]const u8 = null,
+        /// A peer's shared library, by path.
+        library: ?[]const u8 = null,
         enabled: bool = true,
     }{
         .{ .name = "kennel", .allocator = "kennel" },
@@ -142,8 +146,9 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true }, .enabled = with_hardening },
         .{ .name = "smp", .allocator = "smp" },
         .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
-        .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .system_library = "mimalloc", .enabled = with_mimalloc },
-        .{ .name = "jemalloc", .allocator = "jemalloc", .link_libc = true, .system_library = "jemalloc", .enabled = with_jemalloc },
+        .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .library = mimalloc_lib, .enabled = mimalloc_lib != null },
+        .{ .name = "jemalloc", .allocator = "jemalloc", .link_libc = true, .library = jemalloc_lib, .enabled = jemalloc_lib != null },
+        .{ .name = "tcmalloc", .allocator = "tcmalloc", .link_libc = true, .library = tcmalloc_lib, .enabled = tcmalloc_lib != null },
         .{ .name = "st-kennel", .allocator = "kennel", .single_threaded = true },
         .{ .name = "st-glibc", .allocator = "glibc", .single_threaded = true, .link_libc = true },
         .{ .name = "st-std-default", .allocator = "std-default", .single_threaded = true },
@@ -171,7 +176,7 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
                 .{ .name = "bench_options", .module = options.createModule() },
             },
         });
-        if (entry.system_library) |lib| module.linkSystemLibrary(lib, .{});
+        if (entry.library) |path| module.addObjectFile(.{ .cwd_relative = path });
         const exe = b.addExecutable(.{ .name = b.fmt("bench-{s}", .{entry.name}), .root_module = module });
         bench_step.dependOn(&b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "bench" } } }).step);
     }

@@ -1,5 +1,8 @@
 //! `bench-launch <program> [args...]`: runs a program and prints its wall
-//! time and peak RSS (`launch <seconds> <bytes> <exit status>` on stderr).
+//! time, peak RSS and what it cost the kernel, on stderr:
+//! `launch <seconds> <peak RSS bytes> <wait status> <user seconds>
+//! <system seconds> <minor page faults>` (the last three from wait4's
+//! rusage, which covers all the program's threads).
 //!
 //! Linux carries ru_maxrss across execve, so a child forked from a large
 //! process (the Python driver) reports at least that process's size. This
@@ -13,6 +16,10 @@ fn now() u64 {
     var ts: linux.timespec = undefined;
     _ = linux.clock_gettime(.MONOTONIC, &ts);
     return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
+}
+
+fn secondsOf(t: linux.timeval) f64 {
+    return @as(f64, @floatFromInt(t.sec)) + @as(f64, @floatFromInt(t.usec)) / 1e6;
 }
 
 pub fn main(init: std.process.Init.Minimal) u8 {
@@ -40,6 +47,13 @@ pub fn main(init: std.process.Init.Minimal) u8 {
         break;
     }
     const seconds = @as(f64, @floatFromInt(now() - start)) / 1e9;
-    std.debug.print("launch {d:.4} {d} {d}\n", .{ seconds, @as(u64, @intCast(usage.maxrss)) * 1024, status });
+    std.debug.print("launch {d:.4} {d} {d} {d:.4} {d:.4} {d}\n", .{
+        seconds,
+        @as(u64, @intCast(usage.maxrss)) * 1024,
+        status,
+        secondsOf(usage.utime),
+        secondsOf(usage.stime),
+        usage.minflt,
+    });
     return if (linux.W.IFEXITED(@bitCast(status))) linux.W.EXITSTATUS(@bitCast(status)) else 1;
 }

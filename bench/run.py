@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
 """kennel's benchmark driver (`make bench`).
 
-Builds the workload binaries (bench/main.zig, one per allocator), runs every
-workload for every allocator as its own process, several times with the
-allocators interleaved (A B C A B C ...) so that drift on a shared machine
-hits all of them alike, and reports medians of wall time and peak RSS (the
-kernel's VmHWM, which each process reports at exit), each as a ratio to
-kennel, with the geometric mean of the ratios per allocator. Writes the same as Markdown and CSV, and a chart, to
-bench/results/.
+Three sections, each run with kennel and its peers, every workload as its
+own process, several times with the allocators interleaved (A B C A B C
+...) so that drift on a shared machine hits all of them alike:
+
+- Zig workloads (bench/workloads/, one binary per allocator, built by
+  `zig build bench`), against smp_allocator, glibc, mimalloc, jemalloc and
+  tcmalloc, each peer called through the entry points a C program uses;
+- C workloads (bench/c/, built with gcc -O2), run under LD_PRELOAD for
+  kennel, mimalloc, jemalloc and tcmalloc, and plainly for glibc;
+- real programs (python3, lua5.4, redis) under LD_PRELOAD the same way.
+
+For every run it records wall time, peak RSS, and from wait4's rusage the
+user time, system time and minor page faults (the kernel's share of an
+allocator's cost: mapping, unmapping and faulting pages in). It reports
+medians, each as a ratio to kennel, geometric means per allocator, and the
+project's targets over the C workloads and real programs together. Writes
+Markdown, CSV and a chart to bench/results/ (latest.*, quick.* for
+QUICK=1, partial.* for a run narrowed with the options below).
 
     make bench              full run
     make bench QUICK=1      a short first look
@@ -15,6 +26,8 @@ bench/results/.
     make bench-secure       what the hardened build, and each of its features
                             alone, costs against the fast build (time, RSS,
                             instructions per pair)
+    bench/run.py --only large_buffers,batch_free --no-build
+                            some workloads only (any section); see --help
 """
 
 import argparse
@@ -51,7 +64,7 @@ WORKLOADS = [
     ("size-sweep", "st"),
 ]
 ALLOCATORS = {
-    "mt": ["kennel", "smp", "glibc", "mimalloc", "jemalloc"],
+    "mt": ["kennel", "smp", "glibc", "mimalloc", "jemalloc", "tcmalloc"],
     "st": ["kennel", "glibc", "std-default"],
 }
 # Extra figures worth a column of their own: (workload, metric, label).
@@ -61,11 +74,15 @@ DETAILS = [
     ("mpsc", "rss_slope", "mpsc: RSS slope over the second half, MB/s"),
     ("fragmentation", "rss_over_live", "fragmentation: RSS at end over live bytes"),
 ]
-PEER_LIBRARIES = {"mimalloc": "libmimalloc.so", "jemalloc": "libjemalloc.so"}
-# Runtime libraries for LD_PRELOAD (the -dev packages' libraries above are
-# the link-time names of the same files).
-PRELOAD_LIBRARIES = {"mimalloc": "libmimalloc.so.2", "jemalloc": "libjemalloc.so.2"}
-PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc"]
+# Each peer's runtime library (the name without its version) and the Debian
+# package that installs it. The benchmark links it by path and preloads it,
+# so the -dev packages are not needed.
+PEER_LIBRARIES = {
+    "mimalloc": ("libmimalloc.so", "libmimalloc2.0"),
+    "jemalloc": ("libjemalloc.so", "libjemalloc2"),
+    "tcmalloc": ("libtcmalloc_minimal.so", "libtcmalloc-minimal4"),
+}
+PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 # make bench-secure: the fast build, the hardened one, each feature alone.
 HARDENED_ALLOCATORS = ["kennel", "kennel-secure", "kennel-check-frees", "kennel-encode-lists", "kennel-guard-pages",
                        "kennel-randomize", "kennel-canary", "kennel-fill-freed"]
@@ -75,25 +92,63 @@ def log(msg):
     print(msg, flush=True)
 
 
-def library_present(name):
+LIBRARY_DIRS = ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
+
+
+def peer_library(base):
+    """The path of the runtime library `base`.N (e.g. libmimalloc.so.2),
+    from the dynamic linker's cache, else from the usual directories; the
+    unversioned name (a -dev package's link) only where no versioned one
+    exists. None if the library is not installed."""
     try:
         out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
     except OSError:
         out = ""
-    if name in out:
-        return True
-    return any(
-        os.path.exists(os.path.join(d, name))
-        for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
-    )
+    found = {}
+    for line in out.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if "=>" in line and (name == base or re.fullmatch(re.escape(base) + r"(\.[0-9]+)+", name)):
+            found.setdefault(name, line.split("=>", 1)[1].strip())
+    for d in LIBRARY_DIRS:
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name == base or re.fullmatch(re.escape(base) + r"(\.[0-9]+)+", name):
+                    found.setdefault(name, os.path.join(d, name))
+    versioned = sorted((n for n in found if n != base), key=len)
+    if versioned:
+        return found[versioned[0]]
+    return found.get(base)
+
+
+def find_peers():
+    """{peer: path of its runtime library, or None}, with a note for each
+    peer that is missing."""
+    peers = {}
+    for name, (base, package) in PEER_LIBRARIES.items():
+        peers[name] = peer_library(base)
+        if peers[name] is None:
+            log(f"{name} is not installed ({base}.N not found): skipping it (apt-get install {package})")
+    return peers
 
 
 def binary(section, allocator):
     return os.path.join(BIN, f"bench-{'st-' if section == 'st' else ''}{allocator}")
 
 
+def log_run(start, name, k, runs, allocator, run):
+    log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{runs}  {allocator:12} {run['time']:7.3f} s  "
+        f"{run['rss'] / 2**20:8.1f} MiB  user {run['user']:6.2f} s  sys {run['sys']:6.2f} s  {run['faults']:9d} faults")
+
+
+def rusage_figures(usage):
+    """What a finished process cost the kernel and the CPU, from wait4."""
+    return {"user": usage.ru_utime, "sys": usage.ru_stime, "faults": usage.ru_minflt}
+
+
 def run_measured(section, allocator, workload, scale):
-    """Runs one process; returns (wall seconds, peak RSS bytes, metrics)."""
+    """Runs one process; returns a run: {time (wall seconds), rss (peak
+    bytes), user and sys (CPU seconds), faults (minor page faults),
+    metrics}."""
     cmd = [binary(section, allocator), workload, "--scale", f"{scale}"]
     out_r, out_w = os.pipe()
     start = time.perf_counter()
@@ -115,7 +170,7 @@ def run_measured(section, allocator, workload, scale):
             break
         chunks.append(chunk)
     os.close(out_r)
-    _, status, _ = os.wait4(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - start
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         raise RuntimeError(f"{os.path.basename(cmd[0])} {workload} failed (status {status})")
@@ -132,20 +187,30 @@ def run_measured(section, allocator, workload, scale):
     # Workloads that cut slow allocators short report the time the nominal
     # work would take at the cost they measured (size-sweep).
     wall = metrics.get("projected_time", wall)
-    return wall, peak, metrics
+    return {"time": wall, "rss": peak, **rusage_figures(usage), "metrics": metrics}
 
 
 # ---- Real programs under LD_PRELOAD ----------------------------------------
 
 
+def parse_launch(text):
+    """The figures bench-launch printed: (seconds, peak RSS, status, user,
+    sys, minor faults), or None."""
+    lines = [l for l in text.splitlines() if l.startswith("launch ")]
+    if not lines:
+        return None
+    _, seconds, rss, status, user, system, faults = lines[-1].split()
+    return {"time": float(seconds), "rss": int(rss), "status": int(status), "user": float(user), "sys": float(system), "faults": int(faults)}
+
+
 def launch(cmd, env):
-    """Runs cmd under bench-launch; returns (seconds, peak RSS bytes)."""
+    """Runs cmd under bench-launch; returns a run (see run_measured)."""
     proc = subprocess.run([os.path.join(BIN, "bench-launch")] + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    line = [l for l in proc.stderr.splitlines() if l.startswith("launch ")]
-    if proc.returncode != 0 or not line:
+    figures = parse_launch(proc.stderr)
+    if proc.returncode != 0 or not figures:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-300:]}")
-    _, seconds, rss, _ = line[-1].split()
-    return float(seconds), int(rss)
+    figures.pop("status")
+    return {**figures, "metrics": {}}
 
 
 def preload_env(allocator, libraries):
@@ -157,7 +222,8 @@ def preload_env(allocator, libraries):
 
 def run_redis(env, requests):
     """redis-server under the allocator, answering a bounded redis-benchmark
-    run (not preloaded); returns (benchmark seconds, server peak RSS)."""
+    run (not preloaded); returns a run: the benchmark's wall time, and the
+    server's peak RSS, CPU time and page faults."""
     import socket
 
     with socket.socket() as s:
@@ -181,10 +247,11 @@ def run_redis(env, requests):
     seconds = time.perf_counter() - start
     subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
     _, err = server.communicate()
-    line = [l for l in err.splitlines() if l.startswith("launch ")]
-    if bench.returncode != 0 or not line:
+    figures = parse_launch(err)
+    if bench.returncode != 0 or not figures:
         raise RuntimeError(f"redis failed: {bench.stderr[-300:]} {err[-300:]}")
-    return seconds, int(line[-1].split()[2])
+    figures.pop("status")
+    return {**figures, "time": seconds, "metrics": {}}
 
 
 def preload_programs(scale):
@@ -232,20 +299,6 @@ def machine_description():
     return f"{os.cpu_count()} cores ({cpu}){mem}, Linux {platform.release()}"
 
 
-def library_path(name):
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    except OSError:
-        out = ""
-    for line in out.splitlines():
-        if line.strip().startswith(name + " ") and "=>" in line:
-            return line.split("=>", 1)[1].strip()
-    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]:
-        if os.path.exists(os.path.join(d, name)):
-            return os.path.join(d, name)
-    return None
-
-
 # valgrind (3.19, Debian 12) cannot run AVX-512 code, which a native build
 # on a recent x86_64 machine contains: runs under callgrind use binaries
 # built for x86-64-v3 (AVX2) instead.
@@ -253,74 +306,150 @@ VALGRIND_CPU = "x86_64_v3" if platform.machine() == "x86_64" else None
 
 
 def build(zig, peers, hardening=False, cpu=None):
-    cmd = [zig, "build", "install", "bench"] + [f"-D{p}={'true' if peers[p] else 'false'}" for p in peers]
+    cmd = [zig, "build", "install", "bench"] + [f"-D{p}={path}" for p, path in peers.items() if path]
     if hardening:
         cmd.append("-Dbench-hardening=true")
     if cpu:
         cmd.append(f"-Dcpu={cpu}")
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True)
+    build_c(zig)
+    for peer, path in peers.items():
+        if path and peer != "mimalloc":
+            check_binding(binary("mt", peer), path)
 
 
-def summarize(results):
-    """results[(workload, section)][allocator] = list of (wall, rss, metrics)."""
+def check_binding(program, library):
+    """jemalloc's and tcmalloc's binaries call malloc by its C name, which
+    the dynamic linker binds to the first library that defines it: make
+    sure that is the peer and not the C library, or the column would be
+    glibc's."""
+    env = dict(os.environ, LD_DEBUG="bindings")
+    proc = subprocess.run([program, "symmetric", "--scale", "0.001"], env=env, capture_output=True, text=True)
+    names = {os.path.basename(library), os.path.basename(os.path.realpath(library))}
+    bound = [l for l in proc.stderr.splitlines() if f"{os.path.basename(program)} [0] to " in l and "normal symbol `malloc'" in l]
+    if not bound or not all(any(n in l.split(" to ", 1)[1] for n in names) for l in bound):
+        raise SystemExit(f"{os.path.basename(program)}: malloc is not bound to {library}: {bound[:2]}")
+
+
+C_SOURCES = os.path.join(ROOT, "bench", "c")
+
+
+def c_compiler(zig):
+    """gcc as a C programmer would use it; `zig cc` where there is none."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    return [cc] if cc else [zig, "cc"]
+
+
+def build_c(zig):
+    """The C workloads (bench/c/*.c), each a plain program calling malloc
+    and free, into zig-out/bench/c-<name>; rebuilt when a source is newer."""
+    os.makedirs(BIN, exist_ok=True)
+    header = os.path.join(C_SOURCES, "bench.h")
+    for source in sorted(os.listdir(C_SOURCES)):
+        if not source.endswith(".c"):
+            continue
+        src = os.path.join(C_SOURCES, source)
+        out = os.path.join(BIN, "c-" + source[:-2])
+        if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(src), os.path.getmtime(header)):
+            continue
+        cmd = c_compiler(zig) + ["-O2", "-pthread", "-Wall", "-Wextra", "-Werror", "-o", out, src]
+        log("building: " + " ".join(cmd))
+        subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+FIGURES = ["time", "rss", "user", "sys", "faults"]
+
+
+def median_cell(runs):
+    """The median of each figure over the runs of one workload and allocator."""
+    cell = {k: statistics.median(r[k] for r in runs) for k in FIGURES}
+    cell["metrics"] = {k: statistics.median(r["metrics"][k] for r in runs if k in r["metrics"]) for k in runs[0]["metrics"]}
+    cell["runs"] = len(runs)
+    return cell
+
+
+# The sections of the report, in order: (key, title, what a cell measures).
+SECTIONS = [
+    ("mt", "Zig workloads, multi-threaded build", "Zig programs with each allocator built in (bench/workloads/)."),
+    ("st", "Zig workloads, single-threaded build (-fsingle-threaded)", ""),
+    ("c", "C workloads under LD_PRELOAD",
+     "C programs (bench/c/, built with gcc -O2) run with each allocator's library preloaded; glibc is the program without LD_PRELOAD."),
+    ("programs", "Real programs under LD_PRELOAD",
+     "Wall time of the program (redis: of redis-benchmark against the server); peak RSS, system time and faults of the program "
+     "(redis: of the server). glibc is the program without LD_PRELOAD."),
+]
+
+
+def measure_section(key, workloads, allocators, runs, measure, start, failures):
+    """Runs every workload `runs` times for every allocator, interleaved
+    (A B C A B C ...) so that drift on a shared machine hits all alike;
+    returns the section's rows: {workload, section, allocator: median cell}."""
     rows = []
-    for (workload, section), per_alloc in results.items():
-        row = {"workload": workload, "section": section}
-        for allocator, runs in per_alloc.items():
-            if not runs:
-                continue
-            row[allocator] = {
-                "time": statistics.median(r[0] for r in runs),
-                "rss": statistics.median(r[1] for r in runs),
-                "metrics": {k: statistics.median(r[2][k] for r in runs if k in r[2]) for k in runs[0][2]},
-            }
+    for workload in workloads:
+        measured = {a: [] for a in allocators}
+        for k in range(1, runs + 1):
+            for a in allocators:
+                try:
+                    run = measure(workload, a)
+                except RuntimeError as e:
+                    log(f"  FAILED: {a}: {e}")
+                    failures.append(f"{key} {workload} {a}")
+                    continue
+                measured[a].append(run)
+                log_run(start, workload + (" (st)" if key == "st" else ""), k, runs, a, run)
+        row = {"workload": workload, "section": key}
+        row.update({a: median_cell(m) for a, m in measured.items() if m})
         rows.append(row)
     return rows
 
 
-def render(rows, allocators_by_section, command, elapsed):
-    lines = []
-    lines.append(f"Machine: {machine_description()}.  ")
-    lines.append(f"Command: `{command}`; {datetime.datetime.now():%Y-%m-%d %H:%M}; took {elapsed / 60:.1f} min.  ")
-    lines.append("Each cell: median wall time (s) and peak RSS (MiB) of the whole process, with the ratio to kennel (lower is better for both). "
-                 "size-sweep's time is projected from its measured ns per pair over the nominal pairs, because each size stops after 20 ms.")
+def fmt_count(n):
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:.0f}"
+
+
+def ratios(rows, allocator, key, base="kennel"):
+    """allocator's figure over base's, for every row that has both."""
+    return [r[allocator][key] / r[base][key] for r in rows if r.get(allocator) and r.get(base) and r[base][key] > 0 and r[allocator][key] > 0]
+
+
+def render_section(title, note, allocators, rows):
+    lines = [f"### {title}", ""]
+    if note:
+        lines += [note, ""]
+    lines.append("| workload | " + " | ".join(allocators) + " |")
+    lines.append("| --- | " + " | ".join("---" for _ in allocators) + " |")
+    for row in rows:
+        base = row.get("kennel")
+        cells = []
+        for a in allocators:
+            cell = row.get(a)
+            if cell is None:
+                cells.append("—")
+                continue
+            t = f"{cell['time']:.3f} s"
+            m = f"{cell['rss'] / 2**20:.1f} MiB"
+            if base:
+                t += f" ({cell['time'] / base['time']:.2f}x)"
+                m += f" ({cell['rss'] / base['rss']:.2f}x)"
+            cells.append(f"{t}<br>{m}<br>sys {cell['sys']:.3f} s, {fmt_count(cell['faults'])} flt")
+        lines.append(f"| {row['workload']} | " + " | ".join(cells) + " |")
+    lines.append("| **geometric mean, time** | " + " | ".join(fmt_ratio(geomean(ratios(rows, a, "time"))) for a in allocators) + " |")
+    lines.append("| **geometric mean, peak RSS** | " + " | ".join(fmt_ratio(geomean(ratios(rows, a, "rss"))) for a in allocators) + " |")
+    lines.append("| **geometric mean, minor faults** | " + " | ".join(fmt_ratio(geomean(ratios(rows, a, "faults"))) for a in allocators) + " |")
+    # System time is often near zero, where ratios mean nothing: the sum.
+    sums = {a: sum(r[a]["sys"] for r in rows if r.get(a)) for a in allocators}
+    lines.append("| **system time, sum** | " + " | ".join(f"{sums[a]:.2f} s" + (f" ({sums[a] / sums['kennel']:.2f}x)" if sums.get("kennel") else "")
+                                                         for a in allocators) + " |")
     lines.append("")
-    geo = {}
-    for section, title in [("mt", "Multi-threaded build"), ("st", "Single-threaded build (-fsingle-threaded)")]:
-        allocators = allocators_by_section[section]
-        section_rows = [r for r in rows if r["section"] == section]
-        if not section_rows:
-            continue
-        lines.append(f"### {title}")
-        lines.append("")
-        lines.append("| workload | " + " | ".join(allocators) + " |")
-        lines.append("| --- | " + " | ".join("---" for _ in allocators) + " |")
-        time_ratios = {a: [] for a in allocators}
-        rss_ratios = {a: [] for a in allocators}
-        for row in section_rows:
-            base = row.get("kennel")
-            cells = []
-            for a in allocators:
-                cell = row.get(a)
-                if cell is None:
-                    cells.append("—")
-                    continue
-                if base:
-                    tr = cell["time"] / base["time"]
-                    rr = cell["rss"] / base["rss"]
-                    time_ratios[a].append(tr)
-                    rss_ratios[a].append(rr)
-                    cells.append(f"{cell['time']:.3f} s ({tr:.2f}x)<br>{cell['rss'] / 2**20:.1f} MiB ({rr:.2f}x)")
-                else:
-                    cells.append(f"{cell['time']:.3f} s<br>{cell['rss'] / 2**20:.1f} MiB")
-            lines.append(f"| {row['workload']} | " + " | ".join(cells) + " |")
-        tg = {a: geomean(time_ratios[a]) for a in allocators}
-        rg = {a: geomean(rss_ratios[a]) for a in allocators}
-        geo[section] = (tg, rg)
-        lines.append("| **geometric mean, time** | " + " | ".join(fmt_ratio(tg[a]) for a in allocators) + " |")
-        lines.append("| **geometric mean, peak RSS** | " + " | ".join(fmt_ratio(rg[a]) for a in allocators) + " |")
-        lines.append("")
+    return lines
+
+
+def render_details(rows, allocators_by_section):
     detail_lines = []
     for workload, metric, label in DETAILS:
         for section in ["mt", "st"]:
@@ -334,20 +463,99 @@ def render(rows, allocators_by_section, command, elapsed):
                 cells.append("—" if value is None else f"{a} {value:.3g}")
             tag = "" if section == "mt" else " (single-threaded)"
             detail_lines.append(f"| {label}{tag} | " + ", ".join(cells) + " |")
-    if detail_lines:
-        lines.append("### Workload figures")
-        lines.append("")
-        lines.append("| figure | medians |")
-        lines.append("| --- | --- |")
-        lines.extend(detail_lines)
-        lines.append("")
-    return "\n".join(lines), geo
+    if not detail_lines:
+        return []
+    return ["### Workload figures", "", "| figure | medians |", "| --- | --- |"] + detail_lines + [""]
+
+
+# The project's targets over the C workloads and the real programs together
+# (issue 9): kennel's geometric-mean time and peak RSS against each peer's.
+TARGETS = [
+    ("time", "mimalloc", 0.85, "<="),
+    ("time", "tcmalloc", 1.0, "<"),
+    ("rss", "glibc", 1.0, "<="),
+]
+
+
+def render_targets(rows):
+    """kennel's figure over the peer's (below 1: kennel better), geometric
+    mean over the C workloads and the real programs, against the targets;
+    then the workloads where kennel's system time or faults are above the
+    best of glibc's and tcmalloc's (the bar for the purge policy)."""
+    rows = [r for r in rows if r["section"] in ("c", "programs") and r.get("kennel")]
+    if not rows:
+        return []
+    lines = ["### Targets", "",
+             "kennel's figure as a ratio to the peer's (below 1: kennel is better), geometric mean over the C workloads "
+             f"and the real programs ({len(rows)} workloads, medians as above):", "",
+             "| figure | kennel / peer | target | |", "| --- | --- | --- | --- |"]
+    for key, peer, bound, op in TARGETS:
+        values = [r["kennel"][key] / r[peer][key] for r in rows if r.get(peer)]
+        if not values:
+            lines.append(f"| {'time' if key == 'time' else 'peak RSS'} / {peer} | n/a | {op} {bound:.2f} | |")
+            continue
+        g = geomean(values)
+        met = g <= bound if op == "<=" else g < bound
+        worst = max(rows, key=lambda r: r["kennel"][key] / r[peer][key] if r.get(peer) else 0)
+        lines.append(f"| {'time' if key == 'time' else 'peak RSS'} / {peer} | {g:.3f} | {op} {bound:.2f} | "
+                     f"{'met' if met else 'missed'}; worst: {worst['workload']} {worst['kennel'][key] / worst[peer][key]:.2f} |")
+    lines.append("")
+    return lines
+
+
+def render_kernel(rows):
+    """Workloads where kennel's system time or minor faults exceed the best
+    of glibc's and tcmalloc's (system time below 10 ms is not counted)."""
+    if not any(r.get("glibc") or r.get("tcmalloc") for r in rows):
+        return []
+    over = []
+    for r in rows:
+        k = r.get("kennel")
+        peers = [r[p] for p in ("glibc", "tcmalloc") if r.get(p)]
+        if not k or not peers:
+            continue
+        best_sys = min(p["sys"] for p in peers)
+        best_faults = min(p["faults"] for p in peers)
+        parts = []
+        if k["sys"] > max(best_sys, 0.01) * 1.1:
+            parts.append(f"sys {k['sys']:.2f} s vs {best_sys:.2f} s")
+        # 1,000 faults (4 MiB) of slack: start-up differences are not a trend.
+        if k["faults"] > best_faults * 1.1 and k["faults"] - best_faults > 1000:
+            parts.append(f"faults {fmt_count(k['faults'])} vs {fmt_count(best_faults)}")
+        if parts:
+            tag = {"mt": "", "st": " (st)", "c": " (C)", "programs": ""}[r["section"]]
+            over.append(f"| {r['workload']}{tag} | " + "; ".join(parts) + " |")
+    lines = ["### Kernel cost", "",
+             "Workloads where kennel's median system time or minor faults are more than 10% above the best of glibc's and tcmalloc's "
+             "(system time under 10 ms, and fewer than 1,000 faults more, not counted):", ""]
+    if not over:
+        return lines + ["none", ""]
+    return lines + ["| workload | kennel vs the best of glibc and tcmalloc |", "| --- | --- |"] + over + [""]
+
+
+def render(rows, allocators_by_section, command, elapsed, runs_note):
+    lines = []
+    lines.append(f"Machine: {machine_description()}.  ")
+    lines.append(f"Command: `{command}`; {datetime.datetime.now():%Y-%m-%d %H:%M}; took {elapsed / 60:.1f} min; {runs_note}.  ")
+    lines.append("Each cell: median wall time (s) and peak RSS (MiB) of the whole process, with the ratio to kennel (lower is better for both); "
+                 "then the median system time and minor page faults (flt), the kernel's share: mapping, unmapping and zeroing pages. "
+                 "size-sweep's time is projected from its measured ns per pair over the nominal pairs, because each size stops after 20 ms.")
+    lines.append("")
+    for key, title, note in SECTIONS:
+        section_rows = [r for r in rows if r["section"] == key]
+        if section_rows:
+            lines += render_section(title, note, allocators_by_section[key], section_rows)
+    lines += render_details(rows, allocators_by_section)
+    lines += render_targets(rows)
+    lines += render_kernel(rows)
+    return "\n".join(lines)
 
 
 def write_csv(path, rows, allocators_by_section):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["section", "workload", "allocator", "time_s", "peak_rss_bytes", "time_ratio_to_kennel", "rss_ratio_to_kennel", "metrics"])
+        w.writerow(["section", "workload", "allocator", "time_s", "peak_rss_bytes", "user_s", "sys_s", "minor_faults", "runs",
+                    "time_ratio_to_kennel", "rss_ratio_to_kennel", "metrics"])
         for row in rows:
             base = row.get("kennel")
             for a in allocators_by_section[row["section"]]:
@@ -356,6 +564,7 @@ def write_csv(path, rows, allocators_by_section):
                     continue
                 w.writerow([
                     row["section"], row["workload"], a, f"{cell['time']:.4f}", int(cell["rss"]),
+                    f"{cell['user']:.4f}", f"{cell['sys']:.4f}", int(cell["faults"]), cell["runs"],
                     f"{cell['time'] / base['time']:.4f}" if base else "",
                     f"{cell['rss'] / base['rss']:.4f}" if base else "",
                     ";".join(f"{k}={v:.4g}" for k, v in sorted(cell["metrics"].items()) if not k.startswith(("lifo_", "window_")) or k.endswith("_mean")),
@@ -371,143 +580,115 @@ def write_chart(path, rows, allocators_by_section):
     except ImportError:
         log("matplotlib is not installed; no chart (make bench installs it into .venv)")
         return False
-    allocators = allocators_by_section["mt"] + [a for a in allocators_by_section["st"] if a not in allocators_by_section["mt"]]
-    labels = [f"{r['workload']}{' (st)' if r['section'] == 'st' else ''}" for r in rows]
-    fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    allocators = []
+    for key, _, _ in SECTIONS:
+        allocators += [a for a in allocators_by_section.get(key, []) if a not in allocators]
+    tag = {"mt": "", "st": " (st)", "c": " (C)", "programs": ""}
+    labels = [f"{r['workload'].split(' (')[0]}{tag[r['section']]}" for r in rows]
+    panels = [
+        ("time", "wall time (s)", lambda c: c["time"]),
+        ("rss", "peak RSS (MiB)", lambda c: c["rss"] / 2**20),
+        # Floored at 1 ms, so that a log scale can show a zero.
+        ("sys", "system time (s), 1 ms floor", lambda c: max(c["sys"], 0.001)),
+        ("faults", "minor page faults", lambda c: max(c["faults"], 1)),
+    ]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(14, 0.8 * len(rows)), 4 * len(panels)), sharex=True)
     width = 0.8 / len(allocators)
-    for ax, key, title in [(axes[0], "time", "wall time (s), log scale"), (axes[1], "rss", "peak RSS (MiB), log scale")]:
+    for ax, (key, title, value) in zip(axes, panels):
         for i, a in enumerate(allocators):
             xs, ys = [], []
             for j, r in enumerate(rows):
                 cell = r.get(a)
                 if cell:
                     xs.append(j + (i - len(allocators) / 2 + 0.5) * width)
-                    ys.append(cell[key] if key == "time" else cell[key] / 2**20)
+                    ys.append(value(cell))
             ax.bar(xs, ys, width, label=a)
         ax.set_yscale("log")
-        ax.set_title(title)
+        ax.set_title(title + ", log scale; medians")
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0].legend(ncol=len(allocators), fontsize=9)
-    axes[1].set_xticks(range(len(rows)))
-    axes[1].set_xticklabels(labels, rotation=30, ha="right")
+    axes[-1].set_xticks(range(len(rows)))
+    axes[-1].set_xticklabels(labels, rotation=35, ha="right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return True
 
 
+# ---- The C workloads --------------------------------------------------------
+
+# bench/c/<name>.c, built into zig-out/bench/c-<name>.
+C_WORKLOADS = ["large_buffers", "batch_free", "mstress", "small_mix", "realloc_growth"]
+
+
+def preload_libraries(peers):
+    return {"kennel": os.path.join(ROOT, "zig-out", "lib", "libkennel.so"), **{p: path for p, path in peers.items() if path}}
+
+
 def run_benchmarks(args, peers):
-    allocators_by_section = {s: [a for a in names if peers.get(a, True)] for s, names in ALLOCATORS.items()}
+    present = lambda names: [a for a in names if a not in peers or peers[a]]
+    allocators_by_section = {s: present(names) for s, names in ALLOCATORS.items()}
+    allocators_by_section["c"] = present(PRELOAD_ALLOCATORS)
+    allocators_by_section["programs"] = present(PRELOAD_ALLOCATORS)
     if args.secure:
-        allocators_by_section = {"mt": HARDENED_ALLOCATORS, "st": []}
+        allocators_by_section = {"mt": HARDENED_ALLOCATORS, "st": [], "c": [], "programs": []}
     if args.allocators:
         wanted = set(args.allocators.split(","))
         allocators_by_section = {s: [a for a in names if a in wanted or a == "kennel"] for s, names in allocators_by_section.items()}
-    workloads = [w for w in WORKLOADS if (not args.only or w[0] in args.only.split(",")) and allocators_by_section[w[1]]]
-    results = {w: {a: [] for a in allocators_by_section[w[1]]} for w in workloads}
+    only = set(args.only.split(",")) if args.only else None
+    # A real program is selected by its first word, or that word's part
+    # before a hyphen (redis-server: redis).
+    selected = lambda name: only is None or name in only or name.split(" ")[0] in only or name.split(" ")[0].split("-")[0] in only
     start = time.perf_counter()
-    for workload, section in workloads:
-        allocators = allocators_by_section[section]
-        for k in range(1, args.runs + 1):
-            for a in allocators:
-                try:
-                    wall, rss, metrics = run_measured(section, a, workload, args.scale)
-                except RuntimeError as e:
-                    log(f"  FAILED: {e}")
-                    continue
-                results[(workload, section)][a].append((wall, rss, metrics))
-                elapsed = time.perf_counter() - start
-                tag = "" if section == "mt" else " (st)"
-                log(f"[{elapsed / 60:5.1f} min] {workload + tag:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
-    rows = summarize(results)
-    preload_rows = []
-    if not args.only and not args.no_preload and not args.secure:
-        preload_rows = run_preload(args, peers, start)
+    failures = []
+    rows = []
+    if not args.no_zig:
+        for section in ["mt", "st"]:
+            workloads = [w for w, s in WORKLOADS if s == section and selected(w)]
+            if workloads and allocators_by_section[section]:
+                rows += measure_section(section, workloads, allocators_by_section[section], args.runs,
+                                        lambda w, a, section=section: run_measured(section, a, w, args.scale), start, failures)
+    libraries = preload_libraries(peers)
+    c_workloads = [w for w in C_WORKLOADS if selected(w)] if not args.no_c else []
+    if c_workloads and allocators_by_section["c"]:
+        scale = f"{args.scale}"
+        rows += measure_section("c", c_workloads, allocators_by_section["c"], args.runs,
+                                lambda w, a: launch([os.path.join(BIN, "c-" + w), "--scale", scale], preload_env(a, libraries)), start, failures)
+    # Real programs run long; three runs give a median.
+    program_runs = min(args.runs, 3)
+    programs = {name: run for name, run in preload_programs(args.scale) if selected(name)} if not args.no_preload else {}
+    if programs and allocators_by_section["programs"]:
+        rows += measure_section("programs", list(programs), allocators_by_section["programs"], program_runs,
+                                lambda w, a: programs[w](preload_env(a, libraries)), start, failures)
     elapsed = time.perf_counter() - start
     command = ("make bench-secure" if args.secure else "make bench") + (" QUICK=1" if args.quick else "")
-    text, _ = render(rows, allocators_by_section, command, elapsed)
-    text += render_preload(preload_rows)
+    if args.only or args.no_zig or args.no_c or args.no_preload or args.allocators or args.runs_given or args.scale_given:
+        command = "bench/run.py " + " ".join(sys.argv[1:])
+    runs_note = f"{args.runs} interleaved runs per workload and allocator, scale {args.scale}" + (
+        f" (real programs {program_runs})" if programs else "")
+    text = render(rows, allocators_by_section, command, elapsed, runs_note)
     print()
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
-    stem = ("secure-" if args.secure else "") + ("quick" if args.quick else "latest")
+    # A partial run (some workloads, allocators or sections) must not
+    # replace the full run's results.
+    partial = command.startswith("bench/run.py")
+    stem = ("secure-" if args.secure else "") + ("partial" if partial else "quick" if args.quick else "latest")
     with open(os.path.join(RESULTS, f"{stem}.md"), "w") as f:
         f.write(f"# kennel benchmark results ({stem})\n\n{text}\n")
     write_csv(os.path.join(RESULTS, f"{stem}.csv"), rows, allocators_by_section)
-    charted = write_chart(os.path.join(RESULTS, f"{stem}.png"), rows, allocators_by_section)
+    charted = write_chart(os.path.join(RESULTS, f"{stem}.png"), rows, allocators_by_section) if rows else False
     log(f"wrote bench/results/{stem}.md, {stem}.csv" + (f", {stem}.png" if charted else ""))
-    failures = sum(1 for per in results.values() for runs in per.values() if len(runs) < args.runs)
+    if failures:
+        log("FAILED runs: " + ", ".join(failures))
     return 1 if failures else 0
 
 
-def run_preload(args, peers, start):
-    libraries = {"kennel": os.path.join(ROOT, "zig-out", "lib", "libkennel.so")}
-    for name, lib in PRELOAD_LIBRARIES.items():
-        path = library_path(lib)
-        if path:
-            libraries[name] = path
-    allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
-    programs = preload_programs(args.scale)
-    if not programs:
-        log("no real programs installed for the LD_PRELOAD section (python3, lua5.4, redis-server)")
-        return []
-    rows = []
-    # Real programs run long; three runs give a median.
-    runs = min(args.runs, 3)
-    for name, run in programs:
-        results = {a: [] for a in allocators}
-        for k in range(1, runs + 1):
-            for a in allocators:
-                try:
-                    results[a].append(run(preload_env(a, libraries)))
-                except RuntimeError as e:
-                    log(f"  FAILED: {a}: {e}")
-                    continue
-                wall, rss = results[a][-1]
-                log(f"[{(time.perf_counter() - start) / 60:5.1f} min] {name[:22]:22} run {k}/{runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
-        row = {"workload": name}
-        for a, measured in results.items():
-            if measured:
-                row[a] = {"time": statistics.median(r[0] for r in measured), "rss": statistics.median(r[1] for r in measured)}
-        rows.append(row)
-    return rows
-
-
-def render_preload(rows):
-    if not rows:
-        return ""
-    allocators = [a for a in PRELOAD_ALLOCATORS if any(a in r for r in rows)]
-    lines = ["### Real programs under LD_PRELOAD", "",
-             "Wall time of the program (redis: of redis-benchmark against the server) and peak RSS of the program (redis: of the server), medians, "
-             "with the ratio to kennel. glibc is the program without LD_PRELOAD.", "",
-             "| program | " + " | ".join(allocators) + " |", "| --- | " + " | ".join("---" for _ in allocators) + " |"]
-    time_ratios = {a: [] for a in allocators}
-    rss_ratios = {a: [] for a in allocators}
-    for row in rows:
-        base = row.get("kennel")
-        cells = []
-        for a in allocators:
-            cell = row.get(a)
-            if cell is None:
-                cells.append("—")
-            elif base:
-                tr, rr = cell["time"] / base["time"], cell["rss"] / base["rss"]
-                time_ratios[a].append(tr)
-                rss_ratios[a].append(rr)
-                cells.append(f"{cell['time']:.3f} s ({tr:.2f}x)<br>{cell['rss'] / 2**20:.1f} MiB ({rr:.2f}x)")
-            else:
-                cells.append(f"{cell['time']:.3f} s<br>{cell['rss'] / 2**20:.1f} MiB")
-        lines.append(f"| {row['workload']} | " + " | ".join(cells) + " |")
-    lines.append("| **geometric mean, time** | " + " | ".join(fmt_ratio(geomean(time_ratios[a])) for a in allocators) + " |")
-    lines.append("| **geometric mean, peak RSS** | " + " | ".join(fmt_ratio(geomean(rss_ratios[a])) for a in allocators) + " |")
-    lines.append("")
-    return "\n" + "\n".join(lines)
-
-
-def callgrind_instructions(cmd):
+def callgrind_instructions(cmd, env=None, options=()):
     """Returns (instructions executed, pairs the program reports)."""
     proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
-        capture_output=True, text=True,
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *options] + cmd,
+        capture_output=True, text=True, env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"valgrind failed on {' '.join(cmd)}: {proc.stderr[-500:]}")
@@ -526,7 +707,7 @@ def run_instructions(args, peers):
         return 1
     groups = ["small", "medium", "large"]
     n = 10000
-    allocators = HARDENED_ALLOCATORS if args.secure else [a for a in ALLOCATORS["mt"] if peers.get(a, True)]
+    allocators = HARDENED_ALLOCATORS if args.secure else [a for a in ALLOCATORS["mt"] if a not in peers or peers[a]]
     table = {}
     for a in allocators:
         for group in groups:
@@ -540,10 +721,12 @@ def run_instructions(args, peers):
              "| --- | " + " | ".join("---" for _ in groups) + " |"]
     for a in allocators:
         lines.append(f"| {a} | " + " | ".join(f"{table[(a, g)]:.1f}" for g in groups) + " |")
-    text = "\n".join(lines)
-    print()
     cpu = f"; binaries built for {VALGRIND_CPU}" if VALGRIND_CPU else ""
-    print(f"Instructions per alloc+free pair through std.mem.Allocator (valgrind callgrind, LIFO, every size of the group; includes the Allocator interface's own work{cpu}):")
+    zig_title = ("Through std.mem.Allocator, from Zig (LIFO, every size of the group; includes the Allocator interface's own work and, "
+                 "for the peers, the wrapper in bench/allocators.zig):")
+    c_lines = c_pair_instructions(args, peers)
+    text = "\n".join([zig_title, ""] + lines + ([""] + c_lines if c_lines else []))
+    print()
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "secure-instructions.md" if args.secure else "instructions.md"), "w") as f:
@@ -553,29 +736,66 @@ def run_instructions(args, peers):
     return 0
 
 
+# The C pair counts only what runs inside these functions (and what they
+# call): callgrind names every allocator's entry points so, mimalloc's and
+# tcmalloc's included, whose malloc is an alias of mi_malloc / tc_malloc.
+C_PAIR_ENTRY_POINTS = ["malloc", "free"]
+
+
+def c_pair_instructions(args, peers):
+    """Instructions per malloc+free pair for the allocator alone, from C:
+    bench/c/instr_pair.c (a ring of 64 live blocks of 16 B-1 KiB) under
+    LD_PRELOAD, callgrind collecting only inside malloc and free, runs of
+    n and 2n pairs so that start-up costs cancel out. Returns table lines."""
+    program = os.path.join(BIN, "c-instr_pair")
+    libraries = preload_libraries(peers)
+    if args.secure:
+        libraries = {"kennel": libraries["kennel"], "kennel-secure": os.path.join(ROOT, "zig-out", "lib", "libkennel-secure.so")}
+        allocators = ["kennel", "kennel-secure"]
+    else:
+        allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
+    options = [f"--toggle-collect={f}" for f in C_PAIR_ENTRY_POINTS]
+    n = 20000
+    lines = ["From C, malloc+free for the allocator alone (bench/c/instr_pair.c under LD_PRELOAD, glibc plain: a ring of 64 live "
+             "blocks, each step frees the oldest and mallocs 16 B-1 KiB; callgrind counts only inside malloc and free, not the "
+             "program's loop):", "", "| allocator | instructions per malloc+free pair |", "| --- | --- |"]
+    for a in allocators:
+        env = preload_env(a, libraries)
+        one, pairs_one = callgrind_instructions([program, str(n)], env, options)
+        two, pairs_two = callgrind_instructions([program, str(2 * n)], env, options)
+        per_pair = (two - one) / (pairs_two - pairs_one)
+        # A bump allocator counts 9 (8 in malloc, a return in free): fewer
+        # means the toggles did not match the library's function names.
+        if per_pair < 5:
+            raise RuntimeError(f"{a}: {per_pair:.1f} instructions per pair: callgrind did not see its malloc and free")
+        log(f"{a:10} C pair  {per_pair:8.1f} instructions per pair")
+        lines.append(f"| {a} | {per_pair:.1f} |")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zig", default="zig")
     parser.add_argument("--quick", action="store_true", help="a shorter run for a first look")
     parser.add_argument("--runs", type=int, help="runs per workload and allocator (default 5, quick 1)")
     parser.add_argument("--scale", type=float, help="work multiplier (default 1.0, quick 0.3)")
-    parser.add_argument("--only", help="comma-separated workloads")
+    parser.add_argument("--only", help="comma-separated workloads of any section: Zig (symmetric, ...), C (large_buffers, ...), "
+                        "real programs (python3, lua5.4, redis)")
     parser.add_argument("--allocators", help="comma-separated allocators (kennel always runs)")
     parser.add_argument("--instr", action="store_true", help="instruction counts with callgrind instead")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--no-preload", action="store_true", help="skip the real programs under LD_PRELOAD")
+    parser.add_argument("--no-c", action="store_true", help="skip the C workloads")
+    parser.add_argument("--no-zig", action="store_true", help="skip the Zig workloads")
     parser.add_argument("--secure", action="store_true", help="the hardened build and each of its features against the fast build")
     args = parser.parse_args()
+    args.runs_given, args.scale_given = args.runs is not None, args.scale is not None
     if args.runs is None:
         args.runs = 1 if args.quick else (3 if args.secure else 5)
     if args.scale is None:
         args.scale = 0.3 if args.quick else 1.0
 
-    peers = {}
-    for name, lib in PEER_LIBRARIES.items():
-        peers[name] = library_present(lib)
-        if not peers[name]:
-            log(f"{name} is not installed ({lib} not found): skipping it (apt-get install lib{name}-dev)")
+    peers = find_peers()
     if args.instr:
         if not args.no_build:
             build(args.zig, peers, hardening=args.secure, cpu=VALGRIND_CPU)
