@@ -47,6 +47,8 @@ WORKLOADS = [
     ("realloc-growth", "mt"),
     ("fragmentation", "mt"),
     ("thread-churn", "mt"),
+    ("frontend-1t", "mt"),
+    ("frontend-2t", "mt"),
     ("symmetric", "st"),
     ("size-sweep", "st"),
 ]
@@ -61,6 +63,17 @@ DETAILS = [
     ("mpsc", "rss_slope", "mpsc: RSS slope over the second half, MB/s"),
     ("fragmentation", "rss_over_live", "fragmentation: RSS at end over live bytes"),
 ]
+# Rows that run a binary's workload with arguments of their own: the Zig
+# compiler's front end over the standard library of the Zig that builds the
+# binaries (STD_DIR, from `zig env`), on one and on two threads.
+WORKLOAD_ARGUMENTS = {
+    "frontend-1t": ["frontend", "--threads", "1", "--input", "{std}"],
+    "frontend-2t": ["frontend", "--threads", "2", "--input", "{std}"],
+}
+STD_DIR = None
+# Metrics that depend only on a workload's input: every run of every
+# allocator must report the same value, or the workload computed wrong.
+INVARIANT_METRICS = ["files", "files_with_errors", "zir_instructions", "zir_extra_words", "zir_string_bytes"]
 PEER_LIBRARIES = {"mimalloc": "libmimalloc.so", "jemalloc": "libjemalloc.so"}
 # Runtime libraries for LD_PRELOAD (the -dev packages' libraries above are
 # the link-time names of the same files).
@@ -94,7 +107,8 @@ def binary(section, allocator):
 
 def run_measured(section, allocator, workload, scale):
     """Runs one process; returns (wall seconds, peak RSS bytes, metrics)."""
-    cmd = [binary(section, allocator), workload, "--scale", f"{scale}"]
+    arguments = [a.replace("{std}", STD_DIR or "") for a in WORKLOAD_ARGUMENTS.get(workload, [workload])]
+    cmd = [binary(section, allocator)] + arguments + ["--scale", f"{scale}"]
     out_r, out_w = os.pipe()
     start = time.perf_counter()
     pid = os.fork()
@@ -262,6 +276,28 @@ def build(zig, peers, hardening=False, cpu=None):
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
+def zig_std_dir(zig):
+    """The standard library's directory, as `zig env` prints it (ZON in
+    0.17.1, JSON in older versions)."""
+    out = subprocess.run([zig, "env"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r'"?\.?std_dir"?\s*[:=]\s*"([^"]+)"', out)
+    if not m or not os.path.isdir(m.group(1)):
+        raise RuntimeError(f"`{zig} env` names no standard library directory")
+    return m.group(1)
+
+
+def check_invariants(results):
+    """Returns how many workloads reported differing INVARIANT_METRICS."""
+    failures = 0
+    for (workload, section), per_alloc in results.items():
+        for name in INVARIANT_METRICS:
+            values = {(a, r[2][name]) for a, runs in per_alloc.items() for r in runs if name in r[2]}
+            if len({v for _, v in values}) > 1:
+                log(f"  CHECK FAILED: {workload} reports different {name}: {sorted(values)}")
+                failures += 1
+    return failures
+
+
 def summarize(results):
     """results[(workload, section)][allocator] = list of (wall, rss, metrics)."""
     rows = []
@@ -418,6 +454,7 @@ def run_benchmarks(args, peers):
                 elapsed = time.perf_counter() - start
                 tag = "" if section == "mt" else " (st)"
                 log(f"[{elapsed / 60:5.1f} min] {workload + tag:22} run {k}/{args.runs}  {a:12} {wall:7.3f} s  {rss / 2**20:8.1f} MiB")
+    invariant_failures = check_invariants(results)
     rows = summarize(results)
     preload_rows = []
     if not args.only and not args.no_preload and not args.secure:
@@ -436,7 +473,7 @@ def run_benchmarks(args, peers):
     charted = write_chart(os.path.join(RESULTS, f"{stem}.png"), rows, allocators_by_section)
     log(f"wrote bench/results/{stem}.md, {stem}.csv" + (f", {stem}.png" if charted else ""))
     failures = sum(1 for per in results.values() for runs in per.values() if len(runs) < args.runs)
-    return 1 if failures else 0
+    return 1 if failures or invariant_failures else 0
 
 
 def run_preload(args, peers, start):
@@ -582,6 +619,8 @@ def main():
         return run_instructions(args, peers)
     if not args.no_build:
         build(args.zig, peers, hardening=args.secure)
+    global STD_DIR
+    STD_DIR = zig_std_dir(args.zig)
     status = run_benchmarks(args, peers)
     if args.secure and shutil.which("valgrind"):
         if not args.no_build:
