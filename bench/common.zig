@@ -11,6 +11,8 @@ pub const Options = struct {
     threads: usize,
     /// Multiplies the amount of work (QUICK=1 uses a fraction).
     scale: f64,
+    /// A directory the workload reads its input from (frontend: .zig files).
+    input: ?[:0]const u8 = null,
 
     pub fn scaled(o: Options, n: usize) usize {
         return @max(1, @as(usize, @intFromFloat(@as(f64, @floatFromInt(n)) * o.scale)));

@@ -1,5 +1,5 @@
 //! One benchmark process: `bench-<allocator> <workload> [--threads N]
-//! [--scale X]`. The driver (run.py) runs it, measures wall time and peak
+//! [--scale X] [--input DIR]`. The driver (run.py) runs it, measures wall time and peak
 //! RSS from the outside, and reads the `metric` lines it prints.
 const std = @import("std");
 const builtin = @import("builtin");
@@ -20,13 +20,14 @@ const workloads = .{
     .{ "xmalloc", @import("workloads/xmalloc.zig") },
     .{ "cache-scratch", @import("workloads/cache_scratch.zig") },
     .{ "thread-churn", @import("workloads/thread_churn.zig") },
+    .{ "frontend", @import("workloads/frontend.zig") },
 } else .{}) ++ .{
     .{ "realloc-growth", @import("workloads/realloc_growth.zig") },
     .{ "fragmentation", @import("workloads/fragmentation.zig") },
 };
 
 fn usage() noreturn {
-    std.debug.print("usage: bench-{s} <workload> [--threads N] [--scale X]\n       bench-{s} instr <small|medium|large> <pairs>\nworkloads:", .{ allocators.name, allocators.name });
+    std.debug.print("usage: bench-{s} <workload> [--threads N] [--scale X] [--input DIR]\n       bench-{s} instr <small|medium|large> <pairs>\nworkloads:", .{ allocators.name, allocators.name });
     inline for (workloads) |w| std.debug.print(" {s}", .{w[0]});
     std.debug.print("\n", .{});
     std.process.exit(2);
@@ -52,6 +53,8 @@ pub fn main(init: std.process.Init.Minimal) void {
             options.threads = std.fmt.parseInt(usize, value, 10) catch usage();
         } else if (std.mem.eql(u8, arg, "--scale")) {
             options.scale = std.fmt.parseFloat(f64, value) catch usage();
+        } else if (std.mem.eql(u8, arg, "--input")) {
+            options.input = value;
         } else usage();
     }
     inline for (workloads) |w| {

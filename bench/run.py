@@ -60,6 +60,8 @@ WORKLOADS = [
     ("realloc-growth", "mt"),
     ("fragmentation", "mt"),
     ("thread-churn", "mt"),
+    ("frontend-1t", "mt"),
+    ("frontend-2t", "mt"),
     ("symmetric", "st"),
     ("size-sweep", "st"),
 ]
@@ -77,6 +79,17 @@ DETAILS = [
 # Each peer's runtime library (the name without its version) and the Debian
 # package that installs it. The benchmark links it by path and preloads it,
 # so the -dev packages are not needed.
+# Rows that run a binary's workload with arguments of their own: the Zig
+# compiler's front end over the standard library of the Zig that builds the
+# binaries (STD_DIR, from `zig env`), on one and on two threads.
+WORKLOAD_ARGUMENTS = {
+    "frontend-1t": ["frontend", "--threads", "1", "--input", "{std}"],
+    "frontend-2t": ["frontend", "--threads", "2", "--input", "{std}"],
+}
+STD_DIR = None
+# Metrics that depend only on a workload's input: every run of every
+# allocator must report the same value, or the workload computed wrong.
+INVARIANT_METRICS = ["files", "files_with_errors", "zir_instructions", "zir_extra_words", "zir_string_bytes"]
 PEER_LIBRARIES = {
     "mimalloc": ("libmimalloc.so", "libmimalloc2.0"),
     "jemalloc": ("libjemalloc.so", "libjemalloc2"),
@@ -149,7 +162,8 @@ def run_measured(section, allocator, workload, scale):
     """Runs one process; returns a run: {time (wall seconds), rss (peak
     bytes), user and sys (CPU seconds), faults (minor page faults),
     metrics}."""
-    cmd = [binary(section, allocator), workload, "--scale", f"{scale}"]
+    arguments = [a.replace("{std}", STD_DIR or "") for a in WORKLOAD_ARGUMENTS.get(workload, [workload])]
+    cmd = [binary(section, allocator)] + arguments + ["--scale", f"{scale}"]
     out_r, out_w = os.pipe()
     start = time.perf_counter()
     pid = os.fork()
@@ -381,6 +395,16 @@ SECTIONS = [
 ]
 
 
+def zig_std_dir(zig):
+    """The standard library's directory, as `zig env` prints it (ZON in
+    0.17.1, JSON in older versions)."""
+    out = subprocess.run([zig, "env"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r'"?\.?std_dir"?\s*[:=]\s*"([^"]+)"', out)
+    if not m or not os.path.isdir(m.group(1)):
+        raise RuntimeError(f"`{zig} env` names no standard library directory")
+    return m.group(1)
+
+
 def measure_section(key, workloads, allocators, runs, measure, start, failures):
     """Runs every workload `runs` times for every allocator, interleaved
     (A B C A B C ...) so that drift on a shared machine hits all alike;
@@ -398,6 +422,11 @@ def measure_section(key, workloads, allocators, runs, measure, start, failures):
                     continue
                 measured[a].append(run)
                 log_run(start, workload + (" (st)" if key == "st" else ""), k, runs, a, run)
+        for name in INVARIANT_METRICS:
+            values = {r["metrics"][name] for m in measured.values() for r in m if name in r["metrics"]}
+            if len(values) > 1:
+                log(f"  CHECK FAILED: {workload} reports different {name}: {sorted(values)}")
+                failures.append(f"{key} {workload} {name}")
         row = {"workload": workload, "section": key}
         row.update({a: median_cell(m) for a, m in measured.items() if m})
         rows.append(row)
@@ -802,6 +831,8 @@ def main():
         return run_instructions(args, peers)
     if not args.no_build:
         build(args.zig, peers, hardening=args.secure)
+    global STD_DIR
+    STD_DIR = zig_std_dir(args.zig)
     status = run_benchmarks(args, peers)
     if args.secure and shutil.which("valgrind"):
         if not args.no_build:
