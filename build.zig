@@ -75,9 +75,13 @@ fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lan
         .valgrind = if (features.valgrind) true else null,
     });
     module.addImport("kennel_options", features.module(b));
+    const static = b.addLibrary(.{ .name = name, .linkage = .static, .root_module = module });
+    // Zig's stack probe (__zig_probe_stack) and the rest of compiler-rt go
+    // into the archive, so that gcc and g++ can link it, not only zig.
+    static.bundle_compiler_rt = true;
     return .{
         .shared = b.addLibrary(.{ .name = name, .linkage = .dynamic, .root_module = module, .version = c_library_version }),
-        .static = b.addLibrary(.{ .name = name, .linkage = .static, .root_module = module }),
+        .static = static,
     };
 }
 
