@@ -75,9 +75,13 @@ fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lan
         .valgrind = if (features.valgrind) true else null,
     });
     module.addImport("kennel_options", features.module(b));
+    const static = b.addLibrary(.{ .name = name, .linkage = .static, .root_module = module });
+    // Zig's stack probe (__zig_probe_stack) and the rest of compiler-rt go
+    // into the archive, so that gcc and g++ can link it, not only zig.
+    static.bundle_compiler_rt = true;
     return .{
         .shared = b.addLibrary(.{ .name = name, .linkage = .dynamic, .root_module = module, .version = c_library_version }),
-        .static = b.addLibrary(.{ .name = name, .linkage = .static, .root_module = module }),
+        .static = static,
     };
 }
 
@@ -256,8 +260,9 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
 /// ReleaseSafe (assertions on) and again ReleaseFast where what the
 /// optimizer does matters: conformance (shared, static, hardened), a
 /// multi-threaded stress (fast and hardened), misuse and faults under both
-/// libraries, statistics, memcheck with the valgrind build, and real
-/// programs under LD_PRELOAD with the installed library.
+/// libraries, statistics, memcheck with the valgrind build, C++ operator
+/// new and delete (with g++), and real programs under LD_PRELOAD with the
+/// installed library.
 fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Build.Step, installed: CLibraries) void {
     const checked = cLibraries(b, target, .safe, .{}, "kennel");
     const hardened = cLibraries(b, target, .safe, Features.secure, "kennel-secure");
@@ -295,6 +300,18 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
     memcheck.addArtifactArg(cTestProgram(b, baseline, "use_after_free", plain_lib));
     memcheck.has_side_effects = true;
     test_step.dependOn(&memcheck.step);
+
+    // C++ programs built with the system g++ (libstdc++), each linked with
+    // the checked shared and static libraries, the hardened one and the
+    // installed (ReleaseFast) one.
+    const cxx = b.addSystemCommand(&.{"sh"});
+    cxx.addFileArg(b.path("tests/c/cxx.sh"));
+    cxx.addDirectoryArg(b.path("include"));
+    for ([_]*std.Build.Step.Compile{ checked.shared, checked.static, hardened.shared, installed.shared }) |library| cxx.addArtifactArg(library);
+    cxx.addFileInput(b.path("tests/c/cxx.cpp"));
+    cxx.addFileInput(b.path("tests/c/cxx_replace.cpp"));
+    cxx.has_side_effects = true;
+    test_step.dependOn(&cxx.step);
 
     const preload = b.addSystemCommand(&.{"sh"});
     preload.addFileArg(b.path("tests/preload/run.sh"));

@@ -6,10 +6,10 @@
  *
  *     LD_PRELOAD=/path/to/libkennel.so program
  *
- * replaces the C library's allocator for the whole program (C++ new and
- * delete included, since libstdc++ calls malloc and free). The same
- * functions are also available with a kn_ prefix, for programs that link
- * kennel beside another malloc and want to call it explicitly.
+ * replaces the C library's allocator for the whole program, and C++'s
+ * operator new and delete (see "C++" below). The malloc family is also
+ * available with a kn_ prefix, for programs that link kennel beside
+ * another malloc and want to call it explicitly.
  *
  * Where the C standard leaves a choice, kennel does what glibc does:
  *
@@ -42,6 +42,52 @@
  * print one line naming the pointer on stderr and abort(). A double free is
  * caught while the block has not been handed out again (kennel writes a
  * mark into the second word of every freed block).
+ *
+ * C++: the libraries also export the twenty replaceable global allocation
+ * functions of [new.delete] (plain, array, nothrow, sized, aligned, and
+ * each combination) under their Itanium C++ ABI names for x86_64 and
+ * aarch64 Linux, as libstdc++ does; <new> declares them. kennel links no
+ * C++ runtime (a C program that loads it needs none) and uses the one the
+ * program loaded (libstdc++, or libc++) for what only it can do.
+ *
+ *   - operator new(size) and operator new(size, align_val_t) are kennel's
+ *     own, and so are operator delete(ptr) and its aligned form. Every other
+ *     form calls one of these by its exported name, as the standard's
+ *     default behaviour says (new[] calls new, sized delete calls unsized
+ *     delete, ...), so a program that replaces only some forms gets its own
+ *     from the rest, as with libstdc++. The definitions are weak: a program
+ *     linking libkennel.a may define its own without a duplicate symbol.
+ *   - While allocation fails, the throwing forms call the installed
+ *     new-handler (std::get_new_handler()) and try again; with none
+ *     installed they throw std::bad_alloc, by calling the runtime's
+ *     std::__throw_bad_alloc(). Without a C++ runtime in the process there
+ *     is no handler and nothing to throw with: a failure prints one line
+ *     naming the size and aborts.
+ *   - The nothrow forms return NULL where the throwing form would throw
+ *     (the handler has run and given up, or thrown bad_alloc itself): they
+ *     hand the call to the runtime's own nothrow form, which calls the
+ *     throwing form in a try block. Without a runtime they return NULL on
+ *     failure.
+ *   - new(0) returns a unique non-null pointer.
+ *   - Aligned forms: an alignment that is not a power of two (undefined
+ *     behaviour) throws std::bad_alloc at once, without calling the
+ *     handler (the nothrow forms return NULL), as libstdc++ does. Blocks
+ *     are aligned to at least 16 bytes.
+ *   - A delete of NULL, in any form, does nothing. Every delete validates
+ *     its pointer as free() does: an invalid or double delete prints one
+ *     line naming the pointer and aborts, e.g.
+ *     "kennel: operator delete(): invalid pointer 0x7ffc...: not allocated
+ *     by kennel".
+ *   - The size passed to sized delete (and the alignment passed to aligned
+ *     delete) is not used: kennel finds every block's size and alignment
+ *     from its page, and the size would spare none of that work (measured:
+ *     a sized delete calling kennel's free directly costs what an unsized
+ *     one does). So sized delete calls operator delete(ptr), as the
+ *     standard's default behaviour says, and a size that disagrees with the
+ *     block (a program bug: larger than malloc_usable_size) is not
+ *     detected; it does the heap no harm. Checking it would cost about 10%
+ *     of a new+delete pair, and would bypass a program's own
+ *     operator delete(ptr).
  *
  * libkennel-secure.so is the same allocator hardened: free-list links are
  * encoded and checked (a write after free or an overflow into a free block

@@ -1,7 +1,8 @@
 //! The C ABI: the malloc family under its standard names (and with a kn_
 //! prefix), built into libkennel.so and libkennel.a, and hardened into
-//! libkennel-secure.so. The behaviour of each function, where C leaves a
-//! choice, is documented in include/kennel.h.
+//! libkennel-secure.so, which also export C++'s operator new and delete
+//! (cxx.zig). The behaviour of each function, where C leaves a choice, is
+//! documented in include/kennel.h.
 //!
 //! The Zig allocator knows each block's size and alignment at free; C does
 //! not, and C programs free pointers kennel never returned. So every free(),
@@ -20,6 +21,7 @@ const secure = @import("secure.zig");
 const stats_mod = @import("stats.zig");
 const size_class = @import("size_class.zig");
 const purge = @import("purge.zig");
+const cxx = @import("cxx.zig");
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -38,6 +40,7 @@ const max_align_bytes = 16;
 // ---- Exports ------------------------------------------------------------
 
 comptime {
+    _ = cxx; // operator new and delete
     exportBoth("malloc", &malloc);
     exportBoth("free", &free);
     exportBoth("calloc", &calloc);

@@ -69,7 +69,7 @@ pub const Checked = struct {
     huge: ?*Segment,
 };
 
-/// Validates a pointer passed to `function` (free, realloc,
+/// Validates a pointer passed to `function` (free, realloc, operator delete,
 /// malloc_usable_size). Aborts, naming the pointer, unless it is a live
 /// block kennel returned.
 pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
@@ -82,7 +82,7 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     if (segment.kind == .huge) {
         if (ptr != segment.pages[0].area) invalid(function, ptr, "points into the middle of a block");
         // Monotonic: a racing free is caught by the CAS in markFreed.
-        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(ptr);
+        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(function, ptr);
         return .{ .block = @ptrCast(@alignCast(ptr)), .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
     }
     const page = segment.pageOf(ptr);
@@ -105,36 +105,36 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     };
     if (config.hardening.check_frees) {
         // Monotonic: a racing free is caught by the RMW in markFreed.
-        if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(ptr);
+        if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(function, ptr);
     } else if (!config.valgrind and page.block_size >= block_bytes_min and
         @atomicLoad(usize, &block[1], .monotonic) == plain_mark)
     {
         // (Under memcheck the word may be the program's uninitialized data:
         // the check is left to markFreed, and to memcheck.)
-        doubleFree(ptr);
+        doubleFree(function, ptr);
     }
     return checked;
 }
 
 /// Marks a validated block freed; aborts if another free marked it first.
-fn markFreed(ptr: [*]u8, checked: Checked) void {
+fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
     if (checked.huge) |segment| {
         // A huge block is its own mapping: `used` says whether it is live.
         // AcqRel: two threads freeing it at once see each other.
-        if (@cmpxchgStrong(u32, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(ptr);
+        if (@cmpxchgStrong(u32, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(function, ptr);
         return;
     }
     if (config.hardening.check_frees) {
         // Monotonic: only this word matters, and RMWs of it are totally
         // ordered: the second of two frees finds the bit the first cleared.
-        if (checked.live.word.fetchAnd(~checked.live.mask, .monotonic) & checked.live.mask == 0) doubleFree(ptr);
+        if (checked.live.word.fetchAnd(~checked.live.mask, .monotonic) & checked.live.mask == 0) doubleFree(function, ptr);
         return;
     }
     const block = checked.block;
     memcheck.wordAccess(&block[1]);
     defer memcheck.wordDone(&block[1]);
     // `validate` compared the mark already, except under memcheck.
-    if (config.valgrind and block[1] == plain_mark) doubleFree(ptr);
+    if (config.valgrind and block[1] == plain_mark) doubleFree(function, ptr);
     block[1] = plain_mark;
 }
 
@@ -189,9 +189,13 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
         if (config.fill_freed_available) fillFreed(ptr);
         return;
     }
-    const checked = validate(ptr, function);
+    // Inlined into every free path (free, operator delete and its aligned
+    // form): it is most of a free's work, and the compiler keeps it out of
+    // line once two callers share one instance, which costs a call and the
+    // spills around it on every free.
+    const checked = @call(.always_inline, validate, .{ ptr, function });
     if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, checked.usable);
-    markFreed(ptr, checked);
+    markFreed(ptr, checked, function);
     if (config.fill_freed_available and checked.huge == null) {
         const block: [*]u8 = @ptrCast(checked.block);
         secure.fillFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block));
@@ -251,6 +255,6 @@ fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) 
     os.fatal(function ++ "(): invalid pointer 0x{x}: " ++ why, .{@intFromPtr(ptr)});
 }
 
-fn doubleFree(ptr: [*]u8) noreturn {
-    os.fatal("free(): double free of 0x{x}", .{@intFromPtr(ptr)});
+fn doubleFree(comptime function: []const u8, ptr: [*]u8) noreturn {
+    os.fatal(function ++ "(): double free of 0x{x}", .{@intFromPtr(ptr)});
 }

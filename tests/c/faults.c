@@ -9,6 +9,9 @@
  * has its own expectation: caught the same way, harmless (the child runs
  * to its end), or not run at all because it is undefined behaviour that
  * the fast library does not survive (the reason it is a hardening).
+ * Last, C++'s operator new called from this C program, which has no C++
+ * runtime: failing, the throwing form aborts with a line naming the size,
+ * and the nothrow form returns NULL.
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -243,10 +246,33 @@ static void write_into_slack(void) {
     free(p);
 }
 
+/* ---- C++'s operators in a program without a C++ runtime ----------------- */
+
+/* kennel exports operator new and delete under their mangled names; a C
+   program has no new-handler and no std::bad_alloc. */
+void *_Znwm(size_t size);
+void *_ZnwmRKSt9nothrow_t(size_t size, const void *nothrow);
+void _ZdlPvm(void *ptr, size_t size);
+
+static void new_without_runtime(void) {
+    volatile size_t impossible = SIZE_MAX / 2;
+    _Znwm(impossible);
+}
+
+static void nothrow_new_without_runtime(void) {
+    volatile size_t impossible = SIZE_MAX / 2;
+    char tag = 0;
+    if (_ZnwmRKSt9nothrow_t(impossible, &tag) != NULL) abort();
+    void *p = _ZnwmRKSt9nothrow_t(100, &tag);
+    if (p == NULL || malloc_usable_size(p) < 100) abort();
+    _ZdlPvm(p, 100);
+}
+
 /* ---- The table ---------------------------------------------------------- */
 
 enum outcome {
     ABORT_NAMING, /* abort() after a kennel line naming the pointer */
+    ABORT_SAYING, /* abort() after a kennel line with the message */
     SEGV,         /* killed by SIGSEGV */
     CLEAN,        /* ran to its end, exit 0 */
     NOT_RUN,      /* undefined behaviour the library does not survive */
@@ -284,9 +310,12 @@ static const struct fault faults[] = {
     {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
     {"read after free (huge)", read_after_free_huge, SEGV, CLEAN, NULL, NULL},
     {"write into slack", write_into_slack, CLEAN, CLEAN, NULL, NULL},
+    {"operator new, no C++ runtime", new_without_runtime, ABORT_SAYING, ABORT_SAYING,
+     "operator new(9223372036854775807 bytes, aligned to 16) failed, and no C++ runtime is loaded to throw std::bad_alloc", NULL},
+    {"nothrow new, no C++ runtime", nothrow_new_without_runtime, CLEAN, CLEAN, NULL, NULL},
 };
 
-static const char *outcome_name[] = {"abort naming the pointer", "SIGSEGV", "clean exit", "not run"};
+static const char *outcome_name[] = {"abort naming the pointer", "abort with a message", "SIGSEGV", "clean exit", "not run"};
 
 static void run_fault(const struct fault *f, enum outcome expected, const char *expected_message) {
     if (expected == NOT_RUN) {
@@ -321,13 +350,15 @@ static void run_fault(const struct fault *f, enum outcome expected, const char *
         ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && message && announced[0] &&
              strstr(message, announced) && strstr(message, expected_message);
         break;
+    case ABORT_SAYING: ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && message && strstr(message, expected_message); break;
     case SEGV: ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV; break;
     case CLEAN: ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !message; break;
     case NOT_RUN: break;
     }
     if (ok) {
-        printf("ok    %-28s %s", f->name, expected == ABORT_NAMING ? message : "");
-        if (expected != ABORT_NAMING) printf("%s\n", outcome_name[expected]);
+        int aborted = expected == ABORT_NAMING || expected == ABORT_SAYING;
+        printf("ok    %-28s %s", f->name, aborted ? message : "");
+        if (!aborted) printf("%s\n", outcome_name[expected]);
     } else {
         printf("FAIL  %-28s expected %s; status 0x%x, stderr:\n%s\n", f->name, outcome_name[expected], status, out);
         failures++;
