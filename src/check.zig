@@ -85,11 +85,12 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
         if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(function, ptr);
         return .{ .block = @ptrCast(@alignCast(ptr)), .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
     }
-    const page = segment.pageOf(ptr);
     // Monotonic: the page of a live block was set up before the block was
     // handed out, which happened before the caller got the pointer.
-    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
-    if (free_pages & (@as(u64, 1) << @intCast(page.index)) != 0) invalid(function, ptr, "in memory kennel does not use (freed twice?)");
+    const free_slices = @atomicLoad(u64, &segment.free_mask, .monotonic);
+    const slice: u6 = @intCast((address - @intFromPtr(segment)) >> segment_mod.slice_shift);
+    if (free_slices & (@as(u64, 1) << slice) != 0) invalid(function, ptr, "in memory kennel does not use (freed twice?)");
+    const page = segment.pageOf(ptr);
     const offset = address -% @intFromPtr(page.area);
     // Monotonic: as above; capacity only grows while the page is in use.
     const capacity = @atomicLoad(u32, &page.capacity, .monotonic);

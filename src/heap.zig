@@ -31,7 +31,6 @@ const PageQueue = page_mod.PageQueue;
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const SegmentList = segment_mod.SegmentList;
-const Kind = segment_mod.Kind;
 const huge = @import("huge.zig");
 const thread = @import("thread.zig");
 const config = @import("config.zig");
@@ -70,8 +69,11 @@ pub const Heap = struct {
     /// `segmentGroup`), so that notices need only scan one group.
     segments: [segment_group_count]SegmentList("all"),
     segment_count: usize,
-    /// Small and medium segments with at least one free page.
-    with_free: [2]SegmentList("with_free"),
+    /// Segments with at least one free slice, not empty: where new pages
+    /// come from first, the most recently freed first.
+    with_free: SegmentList("with_free"),
+    /// Those of them with a free run long enough for a medium page.
+    with_run: SegmentList("with_run"),
     /// Empty segments kept mapped (their memory purged past the dirty
     /// budget), so a heap that frees pages and allocates again, or passes
     /// from an ended thread to a new one, does not unmap and map.
@@ -125,7 +127,8 @@ pub const Heap = struct {
         .full = .{},
         .segments = @splat(.{}),
         .segment_count = 0,
-        .with_free = @splat(.{}),
+        .with_free = .{},
+        .with_run = .{},
         .spares = .{},
         .huge_cache = .{},
         .dirty_bytes = 0,
@@ -273,17 +276,17 @@ pub const Heap = struct {
     /// A page of `class` with a free block, or null when out of memory.
     fn findPage(heap: *Heap, class: size_class.Class) ?*Page {
         if (heap.findPageInQueue(class)) |page| return page;
-        const kind = Kind.ofClass(class);
-        if (heap.takeFreePage(kind)) |page| return heap.installPage(page, class);
+        const slices = segment_mod.pageSlices(class);
+        if (heap.takeFreeSpan(slices)) |page| return heap.installPage(page, class);
         // Before mapping fresh memory, reuse what dead threads left behind.
         if (!builtin.single_threaded and thread.absorbAnyOrphan(heap)) {
             heap.processNotices();
             if (heap.findPageInQueue(class)) |page| return page;
-            if (heap.takeFreePage(kind)) |page| return heap.installPage(page, class);
+            if (heap.takeFreeSpan(slices)) |page| return heap.installPage(page, class);
         }
-        const segment = Segment.create(kind, heap) orelse return null;
+        const segment = Segment.create(heap) orelse return null;
         heap.addSegment(segment);
-        return heap.installPage(heap.takePageFrom(segment), class);
+        return heap.installPage(heap.takeSpanFrom(segment, slices).?, class);
     }
 
     fn findPageInQueue(heap: *Heap, class: size_class.Class) ?*Page {
@@ -325,11 +328,13 @@ pub const Heap = struct {
         return true;
     }
 
-    /// Sets up a free page for `class` and puts it first in its queue.
+    /// Sets up a page just taken (`takeSpanFrom`) for `class` and puts it
+    /// first in its queue.
     fn installPage(heap: *Heap, page: *Page, class: size_class.Class) *Page {
         const segment = Segment.ofPtr(page);
-        const area = segment.pageArea(page.index);
-        page.init(class, area.ptr, area.len);
+        const slices = segment_mod.pageSlices(class);
+        const area = segment.pageArea(page.index, slices);
+        page.init(class, slices, area.ptr, area.len);
         // Hardened: no block of the page is live (see Segment.live_map_bytes).
         if (config.hardening.check_frees) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
         heap.extendPage(page);
@@ -497,27 +502,25 @@ pub const Heap = struct {
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
-        const had_free = segment.hasFreePage();
+        const had_free = segment.hasFreeSlice();
         heap.dirty_bytes += segment.releasePage(page);
         segment.freed_period = heap.period_index;
         var released: Released = .page;
         if (segment.isEmpty()) {
             heap.releaseSegment(segment);
             released = .segment_released;
-        } else if (segment.kind != .large) {
-            // First in the list: pages are taken from the first segment with
-            // free pages, and this one now has a resident one.
-            const list = &heap.with_free[@backingInt(segment.kind)];
+        } else {
+            // First in the lists: pages are taken from the first segment
+            // with room, and this one now has resident free slices.
             if (had_free) {
                 assert(segment.in_with_free);
-                if (list.first != segment) {
-                    list.remove(segment);
-                    list.push(segment);
-                }
-            } else {
-                list.push(segment);
-                segment.in_with_free = true;
+                heap.with_free.remove(segment);
             }
+            heap.with_free.push(segment);
+            segment.in_with_free = true;
+            if (segment.in_with_run) heap.with_run.remove(segment);
+            segment.in_with_run = segment.hasFreeRun();
+            if (segment.in_with_run) heap.with_run.push(segment);
         }
         purge.grew(heap);
         return released;
@@ -529,43 +532,63 @@ pub const Heap = struct {
         assert(segment.ownerRelaxed() == heap);
         heap.segments[segmentGroup(segment)].push(segment);
         heap.segment_count += 1;
-        if (segment.kind != .large and segment.hasFreePage()) {
-            heap.with_free[@backingInt(segment.kind)].push(segment);
-            segment.in_with_free = true;
-        }
+        heap.updateFreeLists(segment);
     }
 
     fn removeSegment(heap: *Heap, segment: *Segment) void {
         heap.segments[segmentGroup(segment)].remove(segment);
         heap.segment_count -= 1;
-        if (segment.in_with_free) {
-            heap.with_free[@backingInt(segment.kind)].remove(segment);
-            segment.in_with_free = false;
+        if (segment.in_with_free) heap.with_free.remove(segment);
+        if (segment.in_with_run) heap.with_run.remove(segment);
+        segment.in_with_free = false;
+        segment.in_with_run = false;
+    }
+
+    /// Puts `segment` in, or takes it out of, the lists of segments with
+    /// free slices and free runs, after its free slices changed.
+    fn updateFreeLists(heap: *Heap, segment: *Segment) void {
+        const any = segment.hasFreeSlice();
+        if (any != segment.in_with_free) {
+            if (any) heap.with_free.push(segment) else heap.with_free.remove(segment);
+            segment.in_with_free = any;
+        }
+        const run = any and segment.hasFreeRun();
+        if (run != segment.in_with_run) {
+            if (run) heap.with_run.push(segment) else heap.with_run.remove(segment);
+            segment.in_with_run = run;
         }
     }
 
-    /// A free page of `kind` from the heap's segments or its spares.
-    fn takeFreePage(heap: *Heap, kind: Kind) ?*Page {
-        if (kind != .large) {
-            if (heap.with_free[@backingInt(kind)].first) |segment| return heap.takePageFrom(segment);
+    /// A page of `slices` slices from the heap's segments or its spares.
+    /// Segments in use come first, so that spares can go back to the OS.
+    fn takeFreeSpan(heap: *Heap, slices: u8) ?*Page {
+        if (slices == 1) {
+            if (heap.with_free.first) |segment| return heap.takeSpanFrom(segment, 1).?;
+        } else {
+            var steps = heap.with_run.count;
+            var it = heap.with_run.first;
+            while (it) |segment| : (steps -= 1) {
+                assert(steps > 0);
+                it = segment.with_run.next;
+                // A large page may need a longer run than the list promises.
+                if (heap.takeSpanFrom(segment, slices)) |page| return page;
+            }
         }
-        // Its resident memory stays free memory under the new layout.
+        // Its resident memory stays free memory, whatever pages it holds next.
         const spare = heap.spares.pop() orelse return null;
-        spare.setLayout(kind);
         heap.addSegment(spare);
-        return heap.takePageFrom(spare);
+        return heap.takeSpanFrom(spare, slices).?;
     }
 
-    fn takePageFrom(heap: *Heap, segment: *Segment) *Page {
-        const page, const resident = segment.takePage();
+    /// Takes a run of `slices` free slices of `segment` for a new page, or
+    /// null if it has none.
+    fn takeSpanFrom(heap: *Heap, segment: *Segment, slices: u8) ?*Page {
+        const span, const resident = segment.takeSpan(slices) orelse return null;
         if (resident > 0) purge.shrank(heap, resident);
-        const area = segment.pageArea(page.index).len;
+        const area = segment.pageArea(span.first, span.slices).len;
         if (resident < area) purge.makeRoom(heap, area - resident);
-        if (segment.in_with_free and !segment.hasFreePage()) {
-            heap.with_free[@backingInt(segment.kind)].remove(segment);
-            segment.in_with_free = false;
-        }
-        return page;
+        heap.updateFreeLists(segment);
+        return segment.linkSpan(span);
     }
 
     /// An empty segment: keep it as a spare, or unmap it.
@@ -759,7 +782,8 @@ pub const Heap = struct {
             heap.keepSpare(spare);
         }
         other.pages_direct = @splat(&page_empty);
-        other.with_free = @splat(.{});
+        other.with_free = .{};
+        other.with_run = .{};
         other.decay_due_ns = 0;
         purge.grew(heap);
     }
@@ -841,7 +865,9 @@ pub const Heap = struct {
                 assert(segments <= heap.segment_count);
                 assert(segmentGroup(segment) == group);
                 assert(segment.ownerRelaxed() == heap);
-                assert(segment.in_with_free == (segment.kind != .large and segment.hasFreePage()));
+                assert(segment.kind == .pages);
+                assert(segment.in_with_free == segment.hasFreeSlice());
+                assert(segment.in_with_run == (segment.hasFreeSlice() and segment.hasFreeRun()));
                 dirty += segment.dirtyBytes();
             }
         }

@@ -358,7 +358,9 @@ fn writeHeader(segment: *Segment, mapping_bytes: usize) void {
     segment.resident_mask = 0;
     segment.all = .{};
     segment.with_free = .{};
+    segment.with_run = .{};
     segment.in_with_free = false;
+    segment.in_with_run = false;
     segment.huge_mapping_bytes = mapping_bytes;
 }
 

@@ -103,6 +103,11 @@ pub const Page = extern struct {
     /// which keeps producer/consumer programs off the announcement path.
     /// Written by the owner, read by remote frees (atomic bytes).
     is_current: bool = false,
+    /// Slices the page spans (segment.zig); set while the page is in use.
+    slice_count: u8 = 0,
+    /// In the entry of a slice after a page's first: how many entries back
+    /// the page's own entry is. 0 in a page's own entry and in free slices.
+    slice_back: u8 = 0,
     /// Address of block 0.
     area: [*]u8 = undefined,
     /// Blocks freed by other threads: count | top block | notifying.
@@ -115,14 +120,17 @@ pub const Page = extern struct {
         assert(@sizeOf(Page) == 64);
     }
 
-    /// Sets up a page for blocks of `class` in [area, area + area_bytes).
-    pub fn init(page: *Page, class: size_class.Class, area: [*]u8, area_bytes: usize) void {
+    /// Sets up a page of `slices` slices for blocks of `class` in
+    /// [area, area + area_bytes).
+    pub fn init(page: *Page, class: size_class.Class, slices: u8, area: [*]u8, area_bytes: usize) void {
         const block_size = size_class.blockSize(class);
         assert(area_bytes >= block_size);
+        assert(page.slice_back == 0);
         const index = page.index;
         page.* = .{
             .class = class,
             .index = index,
+            .slice_count = slices,
             .block_size = @intCast(block_size),
             .reserved = @intCast(area_bytes / block_size),
             .area = area,
@@ -398,7 +406,7 @@ test "extend links blocks lazily, one chunk at a time" {
     secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
-    page.init(size_class.ofSize(16), &memory, memory.len);
+    page.init(size_class.ofSize(16), 1, &memory, memory.len);
     try std.testing.expectEqual(@as(u32, 4096), page.reserved);
     page.extend();
     try std.testing.expectEqual(@as(u32, extend_bytes_max / 16), page.capacity);
@@ -417,7 +425,7 @@ test "block start of interior pointers" {
     secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
-    page.init(size_class.ofSize(48), &memory, memory.len);
+    page.init(size_class.ofSize(48), 1, &memory, memory.len);
     page.extend();
     const p: [*]u8 = &memory;
     try std.testing.expectEqual(@as(*Block, @ptrCast(@alignCast(p + 48))), page.blockStart(p + 48 + 17));
@@ -430,7 +438,7 @@ test "remote frees: counted, announced when the page empties, taken without a wa
     secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
-    page.init(size_class.ofSize(64), &memory, memory.len);
+    page.init(size_class.ofSize(64), 1, &memory, memory.len);
     page.extend();
     var blocks: [3]*Block = undefined;
     for (&blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));

@@ -1,27 +1,38 @@
 //! Segments: the 4 MiB regions, aligned to their own size, that pages live in.
 //!
-//! A segment starts with this header; the header holds the metadata of every
-//! page in the segment, so the page of any block is found from the block's
-//! address alone: mask to the segment, shift to the page index.
+//! A segment is cut into 64 slices of 64 KiB. A page is a run of slices:
 //!
-//!   small segment   64 pages of 64 KiB, blocks up to 8 KiB
-//!   medium segment   8 pages of 512 KiB, blocks up to 64 KiB
-//!   large segment    1 page (the whole segment), blocks up to 1 MiB
-//!   huge            one allocation of any size in its own mapping (huge.zig)
+//!   small page    1 slice (64 KiB), blocks up to 8 KiB
+//!   medium page   8 slices (512 KiB), blocks up to 64 KiB
+//!   large page    as many slices as one block takes: a single block of up
+//!                 to 1 MiB
+//!   huge          one allocation of any size in its own mapping (huge.zig)
 //!
-//! Page 0 shares its space with the header, so its blocks start at
-//! `header_bytes`. Every page area starts at a multiple of 4 KiB, which is why
-//! blocks can promise alignments up to `block_align_max_bytes`.
+//! Any free run of slices serves any page, whatever size class used it
+//! before, so memory one size freed is memory the next size can take
+//! without a fault, and a freed large block is a free run that goes back
+//! to the OS on its own. The segment tracks which slices are free
+//! (`free_mask`) and which may be resident (`resident_mask`), and pages are
+//! taken from resident slices first.
+//!
+//! The segment starts with this header; the header holds one `Page` per
+//! slice, so the page of any block is found from the block's address
+//! alone: mask to the segment, shift to the slice, and step back to the
+//! page's first slice (`slice_back`, 0 for a one-slice page). Slice 0
+//! shares its space with the header, so its blocks start at
+//! `header_bytes`; it (and, with guard pages, slice 63) holds small pages
+//! only. Every page area starts at a multiple of 4 KiB, which is why blocks
+//! can promise alignments up to `block_align_max_bytes`.
 //!
 //! A segment belongs to one heap (`owner`), which alone allocates from its
 //! pages and frees into them directly; other threads only push onto a page's
 //! `thread_free` and set bits in `page_notice`.
 //!
 //! Pointers are mapped to their segment with `(ptr - 1) & ~mask` rather than
-//! `ptr & ~mask`: no block of a small, medium or large segment starts at the
-//! segment's first byte (the header is there), and a huge allocation aligned
-//! to more than a segment starts exactly one segment after its header. One
-//! formula thus covers every block kennel hands out.
+//! `ptr & ~mask`: no block of a segment starts at the segment's first byte
+//! (the header is there), and a huge allocation aligned to more than a
+//! segment starts exactly one segment after its header. One formula thus
+//! covers every block kennel hands out.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
@@ -35,16 +46,29 @@ const config = @import("config.zig");
 pub const segment_size_bytes = 4 * 1024 * 1024;
 const segment_mask = segment_size_bytes - 1;
 
-pub const small_page_bytes = 64 * 1024;
-pub const medium_page_bytes = 512 * 1024;
-pub const small_page_count = segment_size_bytes / small_page_bytes;
-pub const medium_page_count = segment_size_bytes / medium_page_bytes;
-pub const page_count_max = small_page_count;
+pub const slice_bytes = 64 * 1024;
+pub const slice_count = segment_size_bytes / slice_bytes;
+pub const slice_shift = std.math.log2_int(usize, slice_bytes);
+/// A page starts at some slice, so a segment has at most this many.
+pub const page_count_max = slice_count;
 
-/// Largest block of each page kind: at least 8 blocks fit in a page.
+pub const small_page_bytes = slice_bytes;
+pub const medium_page_slices = 8;
+pub const medium_page_bytes = medium_page_slices * slice_bytes;
+
+/// Largest block of each page kind: at least 8 blocks fit in a small or
+/// medium page.
 pub const small_block_max_bytes = small_page_bytes / 8;
 pub const medium_block_max_bytes = medium_page_bytes / 8;
 pub const large_block_max_bytes = size_class.block_size_max_bytes;
+/// Slices of the largest large page.
+pub const large_page_slices_max = large_block_max_bytes / slice_bytes;
+
+comptime {
+    assert(slice_count == 64); // the masks are u64
+    assert(large_block_max_bytes % slice_bytes == 0);
+    assert(large_page_slices_max + 2 <= slice_count);
+}
 
 /// Every block is aligned to the largest power of two (up to this) that
 /// divides its size: page areas start at multiples of this.
@@ -57,11 +81,11 @@ pub fn guardBytes() usize {
     return if (config.hardening.guard_pages) os.pageSize() else 0;
 }
 
+/// The kind of page a size class lives in.
 pub const Kind = enum(u8) {
     small,
     medium,
     large,
-    huge,
 
     pub fn ofClass(class: size_class.Class) Kind {
         const block_size = size_class.blockSize(class);
@@ -69,31 +93,28 @@ pub const Kind = enum(u8) {
         if (block_size <= medium_block_max_bytes) return .medium;
         return .large;
     }
-
-    fn pageShift(kind: Kind) u8 {
-        return switch (kind) {
-            .small => std.math.log2_int(usize, small_page_bytes),
-            .medium => std.math.log2_int(usize, medium_page_bytes),
-            .large => std.math.log2_int(usize, segment_size_bytes),
-            // Every offset inside a huge mapping maps to page 0.
-            .huge => 63,
-        };
-    }
-
-    fn pageCount(kind: Kind) u8 {
-        return switch (kind) {
-            .small => small_page_count,
-            .medium => medium_page_count,
-            .large, .huge => 1,
-        };
-    }
 };
+
+/// Slices of a page for blocks of `class`: one block per large page.
+pub fn pageSlices(class: size_class.Class) u8 {
+    return switch (Kind.ofClass(class)) {
+        .small => 1,
+        .medium => medium_page_slices,
+        .large => @intCast(std.math.divCeil(usize, size_class.blockSize(class), slice_bytes) catch unreachable),
+    };
+}
+
+/// What a segment holds: pages of blocks, or one huge block (huge.zig).
+pub const SegmentKind = enum(u8) { pages, huge };
 
 /// Intrusive links for the heap's segment lists.
 pub const Link = extern struct {
     next: ?*Segment = null,
     prev: ?*Segment = null,
 };
+
+/// A run of free slices (Segment.takeSpan).
+pub const Span = struct { first: u6, slices: u8 };
 
 /// Extern: fields stay in this order, so the ones every free reads share
 /// the header's first cache line (Zig's automatic layout had put them after
@@ -103,28 +124,32 @@ pub const Segment = extern struct {
     /// The heap that owns every page here; null for huge allocations. Changes
     /// only when a heap absorbs an orphaned heap's segments (thread.zig).
     owner: std.atomic.Value(?*Heap),
-    /// Pages whose full flag a remote free cleared: bit i is page i.
+    /// Pages that a remote free announced: bit i is the page whose first
+    /// slice is i.
     page_notice: std.atomic.Value(u64),
-    kind: Kind,
-    /// log2 of the page size (63 for huge: every offset maps to page 0).
+    kind: SegmentKind,
+    /// log2 of the slice size (63 for huge: every offset maps to slice 0).
     page_shift: u8,
+    /// Entries of `pages` in use: slice_count, or 1 for huge.
     page_count: u8,
-    /// In the owner's list of segments with free pages (small, medium).
+    /// In the owner's list of segments with free slices.
     in_with_free: bool,
+    /// In the owner's list of segments with a free run for a medium page.
+    in_with_run: bool,
 
-    // ---- Owner only ----
-    /// Bit i: page i holds no blocks and may be handed to a size class.
+    // ---- Owner only (read by checks and statistics as a snapshot) ----
+    /// Bit i: slice i is part of no page.
     free_mask: u64,
-    /// Bit c: chunk c (`chunk_bytes` at offset c * chunk_bytes; chunk 0
-    /// from the end of the header) has been touched and not purged since,
-    /// so may be resident. Kept across layouts: a spare segment laid out
-    /// anew still knows which of its memory is resident. The free memory of
-    /// the segment is its resident chunks under free pages.
+    /// Bit i: slice i has been touched and not purged since, so may be
+    /// resident. The free memory of the segment is its resident free slices.
     resident_mask: u64,
     /// In the owner's list of all its segments.
     all: Link,
-    /// In the owner's list of segments with free pages (small, medium).
+    /// In the owner's list of segments with free slices.
     with_free: Link,
+    /// In the owner's list of segments with a free run of at least
+    /// `medium_page_slices` slices that multi-slice pages may use.
+    with_run: Link,
 
     // ---- Huge allocations only ----
     /// Length of the whole mapping, header included.
@@ -140,6 +165,8 @@ pub const Segment = extern struct {
     /// earlier periods first (purge.zig).
     freed_period: u32,
 
+    /// One entry per slice: the page starting there, or, for the other
+    /// slices of a page, an entry whose `slice_back` leads to it.
     pages: [page_count_max]Page,
 
     /// Bytes of the header struct, rounded to where blocks may start. A huge
@@ -152,19 +179,19 @@ pub const Segment = extern struct {
     /// block, from any thread, finds it clear (check.zig). Outside the
     /// blocks, so nothing the program writes into freed memory can hide a
     /// double free. Sized for the fullest page: 64 KiB of 16-byte blocks
-    /// (the hardened minimum; medium and large pages hold at most 64 blocks).
+    /// (the hardened minimum; medium and large pages hold at most 64
+    /// blocks); a page uses the bits of its first slice.
     pub const live_bits_per_page = small_page_bytes / 16;
     pub const live_map_bytes = if (config.hardening.check_frees) page_count_max * live_bits_per_page / 8 else 0;
     pub const LiveWords = [live_bits_per_page / 64]std.atomic.Value(u64);
 
-    /// Bytes from the segment start to the first block of page 0.
+    /// Bytes from the segment start to the first block of slice 0.
     pub const header_bytes = metadata_bytes + live_map_bytes;
 
     comptime {
         assert(metadata_bytes == 8192);
         assert(header_bytes % block_align_max_bytes == 0);
         assert(@offsetOf(Segment, "pages") <= 128);
-        assert(segment_size_bytes >= 2 * small_page_bytes);
         assert(small_page_bytes > header_bytes);
     }
 
@@ -181,11 +208,19 @@ pub const Segment = extern struct {
         return @ptrFromInt((@intFromPtr(ptr) - 1) & ~@as(usize, segment_mask));
     }
 
-    /// The page containing the block that starts at `ptr`.
-    pub inline fn pageOf(segment: *Segment, ptr: *const anyopaque) *Page {
+    /// The slice entry of `ptr`: the page itself for a one-slice page.
+    pub inline fn sliceOf(segment: *Segment, ptr: *const anyopaque) *Page {
         const index = (@intFromPtr(ptr) - @intFromPtr(segment)) >> @intCast(segment.page_shift);
         assert(index < segment.page_count);
         return &segment.pages[index];
+    }
+
+    /// The page containing the block that starts at `ptr`.
+    pub inline fn pageOf(segment: *Segment, ptr: *const anyopaque) *Page {
+        const slice = segment.sliceOf(ptr);
+        // Written when the page was set up, before any of its blocks was
+        // handed out.
+        return @ptrFromInt(@intFromPtr(slice) - @as(usize, slice.slice_back) * @sizeOf(Page));
     }
 
     /// The owner, as seen by any thread. Monotonic: the owner compares it
@@ -195,9 +230,9 @@ pub const Segment = extern struct {
         return segment.owner.load(.monotonic);
     }
 
-    /// Maps a fresh segment of `kind` for `owner`. Null when out of memory.
-    pub fn create(kind: Kind, owner: *Heap) ?*Segment {
-        assert(kind != .huge);
+    /// Maps a fresh segment for `owner`, every slice free. Null when out of
+    /// memory.
+    pub fn create(owner: *Heap) ?*Segment {
         const base = os.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
         const segment: *Segment = @ptrCast(base);
         const guard = guardBytes();
@@ -207,175 +242,188 @@ pub const Segment = extern struct {
         }
         segment.owner = .init(owner);
         segment.page_notice = .init(0);
+        segment.kind = .pages;
+        segment.page_shift = slice_shift;
+        segment.page_count = slice_count;
+        segment.in_with_free = false;
+        segment.in_with_run = false;
         segment.all = .{};
         segment.with_free = .{};
-        segment.in_with_free = false;
+        segment.with_run = .{};
         segment.huge_mapping_bytes = 0;
         segment.huge_block_offset = 0;
         segment.huge_alignment = 0;
         segment.freed_period = 0;
         segment.resident_mask = 0;
-        segment.setLayout(kind);
+        segment.free_mask = usableSlices();
+        for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i) };
         return segment;
     }
 
-    /// (Re)divides an empty segment into pages of `kind`.
-    pub fn setLayout(segment: *Segment, kind: Kind) void {
-        assert(kind != .huge);
-        segment.kind = kind;
-        segment.page_shift = kind.pageShift();
-        segment.page_count = kind.pageCount();
-        segment.free_mask = segment.usablePages();
-        for (segment.pages[0..segment.page_count], 0..) |*page, i| {
-            page.* = .{ .index = @intCast(i) };
-        }
-    }
-
     pub fn destroy(segment: *Segment) void {
-        assert(segment.kind != .huge);
+        assert(segment.kind == .pages);
         assert(segment.isEmpty());
         segment_map.remove(segment);
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }
 
-    /// Bit i: page i can hold blocks. Every page, unless a guard page
-    /// swallows the last one (small pages under 64 KiB kernel pages).
-    pub fn usablePages(segment: *Segment) u64 {
-        const count = segment.page_count;
-        const all = if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
-        if (segment.pageArea(count - 1).len > 0) return all;
-        return all & ~(@as(u64, 1) << @intCast(count - 1));
+    /// Bit i: slice i can hold blocks. Every slice, unless a guard page
+    /// swallows the last one (under 64 KiB kernel pages).
+    pub fn usableSlices() u64 {
+        if (sliceArea(slice_count - 1, 1).len > 0) return std.math.maxInt(u64);
+        return std.math.maxInt(u64) >> 1;
     }
 
-    pub fn isEmpty(segment: *Segment) bool {
-        return segment.free_mask == segment.usablePages();
+    /// Slices that only one-slice pages may use: 0 (the header) and, with
+    /// guard pages, 63 (so a large block never runs into the guard).
+    fn edgeSlices() u64 {
+        const last: u64 = if (guardBytes() > 0) @as(u64, 1) << (slice_count - 1) else 0;
+        return 1 | last;
     }
 
-    pub fn hasFreePage(segment: *const Segment) bool {
+    pub fn isEmpty(segment: *const Segment) bool {
+        return segment.free_mask == usableSlices();
+    }
+
+    pub fn hasFreeSlice(segment: *const Segment) bool {
         return segment.free_mask != 0;
     }
 
-    /// The block area of page `index`.
-    pub fn pageArea(segment: *Segment, index: usize) []u8 {
-        assert(index < segment.page_count);
+    /// Whether the segment has a free run long enough for a medium page.
+    pub fn hasFreeRun(segment: *const Segment) bool {
+        return runStarts(segment.free_mask & ~edgeSlices(), medium_page_slices) != 0;
+    }
+
+    /// The block area of a page of `slices` slices starting at `first`.
+    pub fn pageArea(segment: *Segment, first: usize, slices: usize) []u8 {
+        const area = sliceArea(first, slices);
         const base: [*]u8 = @ptrCast(segment);
-        const shift: u6 = @intCast(segment.page_shift);
-        const start = if (index == 0) header_bytes else index << shift;
-        const end = @min((index + 1) << shift, segment_size_bytes - guardBytes());
-        assert(start % block_align_max_bytes == 0 and start <= end);
-        return base[start..end];
+        return base[area.start..][0..area.len];
     }
 
-    /// Chunks of the resident map: as many as small pages, so that a small
-    /// page is one chunk and every larger page a whole number of them.
-    pub const chunk_bytes = small_page_bytes;
-    const chunk_shift = std.math.log2_int(usize, chunk_bytes);
+    const Area = struct { start: usize, len: usize };
 
-    comptime {
-        assert(segment_size_bytes / chunk_bytes == 64);
+    fn sliceArea(first: usize, slices: usize) Area {
+        assert(slices >= 1 and first + slices <= slice_count);
+        const start = if (first == 0) header_bytes else first << slice_shift;
+        const end = @min((first + slices) << slice_shift, segment_size_bytes - guardBytes());
+        assert(start % block_align_max_bytes == 0);
+        return .{ .start = start, .len = end -| start };
     }
 
-    /// Chunks of `pages` (a mask of pages in the current layout).
-    fn chunksOf(segment: *const Segment, pages: u64) u64 {
-        return chunksOfPages(segment.page_shift, pages);
-    }
-
-    /// Resident bytes under `pages` of a layout with pages of 2^page_shift
-    /// bytes (statistics read another thread's masks and pass them here).
-    pub fn residentBytesUnder(page_shift: u8, pages: u64, resident: u64) usize {
-        return chunkBytes(chunksOfPages(page_shift, pages) & resident);
-    }
-
-    fn chunksOfPages(page_shift: u8, pages: u64) u64 {
-        assert(page_shift >= chunk_shift and page_shift <= std.math.log2_int(usize, segment_size_bytes));
-        const per_page_log2: usize = page_shift - chunk_shift;
-        if (per_page_log2 == 0) return pages;
-        const per_page: usize = @as(usize, 1) << @intCast(per_page_log2);
-        const run: u64 = if (per_page == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(per_page)) - 1;
-        var chunks: u64 = 0;
-        var mask = pages;
-        // At most 8 pages have more than one chunk.
-        while (mask != 0) : (mask &= mask - 1) {
-            const first_chunk: usize = @as(usize, @ctz(mask)) << @intCast(per_page_log2);
-            chunks |= run << @intCast(first_chunk);
+    /// Bit i of the result: slices i .. i + n - 1 are all set in `mask`.
+    fn runStarts(mask: u64, n: usize) u64 {
+        assert(n >= 1 and n <= slice_count);
+        var starts = mask;
+        var covered: usize = 1;
+        // Doubling: after each step a bit stands for a run of `covered`
+        // slices; at most log2(64) steps.
+        while (covered < n) {
+            const step = @min(covered, n - covered);
+            starts &= starts >> @intCast(step);
+            covered += step;
         }
-        return chunks;
+        return starts;
     }
 
-    /// Bytes of memory under `chunks` (chunk 0 starts after the header).
-    fn chunkBytes(chunks: u64) usize {
-        const all = @as(usize, @popCount(chunks)) * chunk_bytes;
-        return if (chunks & 1 != 0) all - header_bytes else all;
+    /// Bits first .. first + slices - 1.
+    fn spanMask(first: usize, slices: usize) u64 {
+        assert(slices >= 1 and first + slices <= slice_count);
+        const run = if (slices == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(slices)) - 1;
+        return run << @intCast(first);
     }
 
-    /// Notes that page `index` has been touched up to its capacity.
+    /// Takes a free run of `slices` slices, the most resident one among the
+    /// first few candidates; null if the segment has none. Returns the run
+    /// and its resident bytes (free memory that goes back into use).
+    pub fn takeSpan(segment: *Segment, slices: u8) ?struct { Span, usize } {
+        const allowed = if (slices == 1) segment.free_mask else segment.free_mask & ~edgeSlices();
+        const starts = runStarts(allowed, slices);
+        if (starts == 0) return null;
+        // Prefer a run whose slices are all resident, then one that starts
+        // resident, then the lowest.
+        const resident_starts = runStarts(allowed & segment.resident_mask, slices);
+        const pick = if (resident_starts != 0) resident_starts else if (starts & segment.resident_mask != 0) starts & segment.resident_mask else starts;
+        const first: u6 = @intCast(@ctz(pick));
+        const bits = spanMask(first, slices);
+        assert(segment.free_mask & bits == bits);
+        segment.free_mask &= ~bits;
+        return .{ .{ .first = first, .slices = slices }, residentBytes(bits & segment.resident_mask) };
+    }
+
+    /// Sets up the slice entries of a page taken with takeSpan: the first
+    /// is the page, the others lead back to it.
+    pub fn linkSpan(segment: *Segment, span: Span) *Page {
+        const page = &segment.pages[span.first];
+        assert(page.index == span.first);
+        for (1..span.slices) |i| {
+            const entry = &segment.pages[span.first + i];
+            assert(entry.index == span.first + i);
+            // Read by remote frees and checks of blocks of this page, which
+            // are handed out after this.
+            entry.slice_back = @intCast(i);
+        }
+        return page;
+    }
+
+    /// Bytes of memory under `slices` (slice 0 starts after the header);
+    /// statistics pass the free and resident masks they read.
+    pub fn residentBytesOf(slices: u64) usize {
+        return residentBytes(slices);
+    }
+
+    fn residentBytes(slices: u64) usize {
+        const all = @as(usize, @popCount(slices)) * slice_bytes;
+        return if (slices & 1 != 0) all - header_bytes else all;
+    }
+
+    /// Notes that `page` has been touched up to its capacity.
     pub fn markTouched(segment: *Segment, page: *const Page) void {
         const touched = page.touchedBytes();
         if (touched == 0) return;
         const start = @intFromPtr(page.area) - @intFromPtr(segment);
-        const first = start >> chunk_shift;
-        const last = (start + touched - 1) >> chunk_shift;
-        assert(last < 64);
-        const count: u7 = @intCast(last - first + 1);
-        const run = if (count == 64) std.math.maxInt(u64) else (@as(u64, 1) << @intCast(count)) - 1;
-        segment.resident_mask |= run << @intCast(first);
+        const first = start >> slice_shift;
+        const last = (start + touched - 1) >> slice_shift;
+        assert(last < slice_count and last < @as(usize, page.index) + page.slice_count);
+        segment.resident_mask |= spanMask(first, last - first + 1);
     }
 
-    /// Takes a free page, preferring one with resident memory. Returns the
-    /// page and its resident bytes (free memory that goes back into use).
-    pub fn takePage(segment: *Segment) struct { *Page, usize } {
-        assert(segment.free_mask != 0);
-        var pick = segment.free_mask;
-        var mask = segment.free_mask;
-        // At most 64 pages.
-        while (mask != 0) : (mask &= mask - 1) {
-            const bit = mask & (~mask +% 1);
-            if (segment.chunksOf(bit) & segment.resident_mask != 0) {
-                pick = bit;
-                break;
-            }
-        }
-        const index: u6 = @intCast(@ctz(pick));
-        segment.free_mask &= ~(@as(u64, 1) << index);
-        return .{ &segment.pages[index], chunkBytes(segment.chunksOf(@as(u64, 1) << index) & segment.resident_mask) };
-    }
-
-    /// Gives a page back to the segment; its memory stays resident until
-    /// the heap purges it. Returns the page's resident bytes (free memory
-    /// the segment gained).
+    /// Gives a page's slices back to the segment; their memory stays
+    /// resident until the heap purges it. Returns the page's resident bytes
+    /// (free memory the segment gained).
     pub fn releasePage(segment: *Segment, page: *Page) usize {
-        const bit = @as(u64, 1) << @intCast(page.index);
-        assert(segment.free_mask & bit == 0);
+        const bits = spanMask(page.index, page.slice_count);
+        assert(segment.free_mask & bits == 0);
         assert(page.next == null and page.prev == null);
-        segment.free_mask |= bit;
+        for (1..page.slice_count) |i| segment.pages[page.index + i].slice_back = 0;
+        segment.free_mask |= bits;
         page.free = null;
         page.used = 0;
         page.flags = .{};
-        return chunkBytes(segment.chunksOf(bit) & segment.resident_mask);
+        page.capacity = 0;
+        return residentBytes(bits & segment.resident_mask);
     }
 
-    /// Resident bytes under free pages: the segment's free memory.
+    /// Resident bytes under free slices: the segment's free memory.
     pub fn dirtyBytes(segment: *const Segment) usize {
-        return chunkBytes(segment.chunksOf(segment.free_mask) & segment.resident_mask);
+        return residentBytes(segment.free_mask & segment.resident_mask);
     }
 
-    /// Returns the resident memory under free pages to the OS, a run of
-    /// adjacent chunks per system call. Returns the bytes released (as
+    /// Returns the resident memory under free slices to the OS, a run of
+    /// adjacent slices per system call. Returns the bytes released (as
     /// counted by `dirtyBytes`).
     pub fn purgeDirty(segment: *Segment) usize {
-        var chunks = segment.chunksOf(segment.free_mask) & segment.resident_mask;
-        const released = chunkBytes(chunks);
-        segment.resident_mask &= ~chunks;
+        var slices = segment.free_mask & segment.resident_mask;
+        const released = residentBytes(slices);
+        segment.resident_mask &= ~slices;
         const base: [*]u8 = @ptrCast(segment);
-        const end_limit = segment_size_bytes - guardBytes();
         // Each step clears a run of set bits.
-        while (chunks != 0) {
-            const first = @ctz(chunks);
-            const run = @ctz(~(chunks >> @intCast(first)));
-            const start = if (first == 0) header_bytes else @as(usize, first) << chunk_shift;
-            const end = @min((@as(usize, first) + run) << chunk_shift, end_limit);
-            if (end > start) os.purge(base + start, end - start);
-            chunks &= if (first + run >= 64) 0 else ~((@as(u64, 1) << @intCast(first + run)) - 1);
+        while (slices != 0) {
+            const first = @ctz(slices);
+            const run = @ctz(~(slices >> @intCast(first)));
+            const area = sliceArea(first, run);
+            if (area.len > 0) os.purge(base + area.start, area.len);
+            slices &= ~spanMask(first, run);
         }
         return released;
     }
@@ -538,17 +586,27 @@ pub fn SegmentList(comptime field: []const u8) type {
     };
 }
 
-test "layouts cover the segment and keep areas 4 KiB aligned" {
-    inline for (.{ Kind.small, Kind.medium, Kind.large }) |kind| {
-        var end: usize = Segment.header_bytes;
-        const shift: u6 = @intCast(kind.pageShift());
-        for (0..kind.pageCount()) |i| {
-            const start = if (i == 0) Segment.header_bytes else i << shift;
-            try std.testing.expectEqual(end, start);
-            end = @min((i + 1) << shift, segment_size_bytes);
-        }
-        try std.testing.expectEqual(@as(usize, segment_size_bytes), end);
+test "runs of free slices" {
+    try std.testing.expectEqual(@as(u64, 0b0001), Segment.runStarts(0b1111, 4));
+    try std.testing.expectEqual(@as(u64, 0b0011), Segment.runStarts(0b1111, 3));
+    try std.testing.expectEqual(@as(u64, 0), Segment.runStarts(0b1110111, 4));
+    try std.testing.expectEqual(@as(u64, 1) << 4, Segment.runStarts(0xff0, 8));
+    try std.testing.expectEqual(@as(u64, 1), Segment.runStarts(std.math.maxInt(u64), 64));
+    for (1..65) |n| {
+        const starts = Segment.runStarts(std.math.maxInt(u64), n);
+        try std.testing.expectEqual(@as(usize, 65 - n), @popCount(starts));
     }
+}
+
+test "slice areas cover the segment and stay 4 KiB aligned" {
+    var end: usize = Segment.header_bytes;
+    for (0..slice_count) |i| {
+        const area = Segment.sliceArea(i, 1);
+        try std.testing.expectEqual(end, area.start);
+        end = area.start + area.len;
+    }
+    try std.testing.expectEqual(@as(usize, segment_size_bytes - guardBytes()), end);
+    try std.testing.expectEqual(@as(usize, medium_page_bytes), Segment.sliceArea(8, medium_page_slices).len);
 }
 
 test "ofPtr finds the header for block starts" {

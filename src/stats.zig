@@ -118,7 +118,7 @@ fn addHeap(walk: *Walk, heap: *Heap) void {
 fn addSegment(walk: *Walk, address: usize) void {
     const s = &walk.stats;
     const segment: *Segment = @ptrFromInt(address);
-    const kind = @atomicLoad(segment_mod.Kind, &segment.kind, .monotonic);
+    const kind = @atomicLoad(segment_mod.SegmentKind, &segment.kind, .monotonic);
     if (kind == .huge) {
         const mapping = @atomicLoad(usize, &segment.huge_mapping_bytes, .monotonic);
         // Monotonic: 1 while the block is live, 0 once freed (cached).
@@ -136,25 +136,22 @@ fn addSegment(walk: *Walk, address: usize) void {
     }
     s.segment_count += 1;
     // A header being set up may still read as zeroes: nothing to count.
-    const page_count = @atomicLoad(u8, &segment.page_count, .monotonic);
-    if (page_count == 0 or page_count > segment_mod.page_count_max) return;
+    if (@atomicLoad(u8, &segment.page_count, .monotonic) != segment_mod.slice_count) return;
     const page = os.pageSize();
-    s.committed_bytes += std.mem.alignForward(usize, @offsetOf(Segment, "pages") + @as(usize, page_count) * @sizeOf(@TypeOf(segment.pages[0])), page);
+    s.committed_bytes += std.mem.alignForward(usize, @sizeOf(Segment), page);
     const abandoned = if (segment.ownerRelaxed()) |owner| walk.isAbandoned(owner) else false;
     // Monotonic: owner-written masks; a snapshot.
-    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
+    const free_slices = @atomicLoad(u64, &segment.free_mask, .monotonic);
     const resident = @atomicLoad(u64, &segment.resident_mask, .monotonic);
-    const page_shift = @atomicLoad(u8, &segment.page_shift, .monotonic);
-    // Free pages: the memory under them that may still be resident.
-    if (page_shift >= std.math.log2_int(usize, segment_mod.small_page_bytes) and page_shift <= std.math.log2_int(usize, segment_mod.segment_size_bytes))
-        s.committed_bytes += Segment.residentBytesUnder(page_shift, free_pages, resident);
-    for (segment.pages[0..page_count], 0..) |*p, i| {
-        const bit = @as(u64, 1) << @intCast(i);
+    // Free slices: the memory under them that may still be resident.
+    s.committed_bytes += Segment.residentBytesOf(free_slices & resident);
+    for (&segment.pages, 0..) |*p, i| {
+        if (free_slices & (@as(u64, 1) << @intCast(i)) != 0) continue;
+        // Monotonic: as above (written by the owner as it sets pages up).
+        if (@atomicLoad(u8, &p.slice_back, .monotonic) != 0) continue; // not a page's first slice
         // Monotonic: as above (written by the owner as it extends the page).
         const touched = @as(usize, @atomicLoad(u32, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
-        if (free_pages & bit != 0) continue;
-        // In use, or (reserved 0) never usable: the page a guard page took.
-        if (@atomicLoad(u32, &p.reserved, .monotonic) == 0) continue;
+        if (touched == 0) continue;
         s.committed_bytes += std.mem.alignForward(usize, touched, page);
         // Hardened: the page's bits in the live map, cleared when it was set up.
         if (config.hardening.check_frees) s.committed_bytes += @sizeOf(Segment.LiveWords);
