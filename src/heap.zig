@@ -118,6 +118,8 @@ pub const Heap = struct {
     pid: std.atomic.Value(os.Pid),
     /// Bit g: some segment of group g has `page_notice` bits set.
     notice_groups: std.atomic.Value(u64),
+    /// The heap's place in the registry of heaps (thread.zig).
+    entry: thread.Entry,
 
     pub const init_value: Heap = .{
         .pages_direct = @splat(&page_empty),
@@ -144,6 +146,7 @@ pub const Heap = struct {
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
+        .entry = .{},
     };
 
     /// The heap of threads that have not allocated yet. It owns nothing, so
