@@ -259,7 +259,8 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
 /// The C library's tests, each a C program linked with a library built
 /// ReleaseSafe (assertions on) and again ReleaseFast where what the
 /// optimizer does matters: conformance (shared, static, hardened), a
-/// multi-threaded stress (fast and hardened), misuse and faults under both
+/// multi-threaded stress (fast and hardened), 20,000 threads alive at
+/// once, misuse and faults under both
 /// libraries, statistics, memcheck with the valgrind build, C++ operator
 /// new and delete (with g++), and real programs under LD_PRELOAD with the
 /// installed library.
@@ -279,6 +280,7 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
         .{ .name = "faults", .library = hardened.shared, .args = &.{"secure"} },
         .{ .name = "faults", .library = hardened_fast.shared, .args = &.{"secure"} },
         .{ .name = "stats", .library = checked.shared },
+        .{ .name = "threads", .library = checked.shared },
     };
     for (programs) |program| {
         const run = b.addRunArtifact(cTestProgram(b, target, program.name, program.library));

@@ -118,6 +118,8 @@ pub const Heap = struct {
     pid: std.atomic.Value(os.Pid),
     /// Bit g: some segment of group g has `page_notice` bits set.
     notice_groups: std.atomic.Value(u64),
+    /// The heap's place in the registry of heaps (thread.zig).
+    entry: thread.Entry,
 
     pub const init_value: Heap = .{
         .pages_direct = @splat(&page_empty),
@@ -144,6 +146,7 @@ pub const Heap = struct {
         .owner = .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
+        .entry = .{},
     };
 
     /// The heap of threads that have not allocated yet. It owns nothing, so
@@ -716,10 +719,11 @@ pub const Heap = struct {
         }
     }
 
-    /// Takes over every page and segment of `other`, a heap whose thread is
-    /// gone and which the caller has claimed (thread.zig): nobody else
-    /// touches `other`'s owner-only state. Pages are collected on the way
-    /// in; empty ones go back to their segments.
+    /// Takes over every page and segment in use of `other`, a heap whose
+    /// thread is gone and which the caller has claimed (thread.zig): nobody
+    /// else touches `other`'s owner-only state. Pages are collected on the
+    /// way in; empty ones go back to their segments. `other` keeps its
+    /// spare segments (or gets one of ours), purged.
     pub fn absorb(heap: *Heap, other: *Heap) void {
         assert(heap != other);
         for (&other.segments) |*list| {
@@ -752,12 +756,20 @@ pub const Heap = struct {
         heap.huge_cache.takeAll(&other.huge_cache, heap.period_index -% 1);
         // Entries unmapped because our cache was full are free memory no more.
         heap.dirty_bytes -= cached_before + other_cached - heap.huge_cache.bytes;
-        while (other.spares.pop()) |spare| {
-            // Monotonic: an empty segment; nobody frees into it.
-            spare.owner.store(heap, .monotonic);
-            spare.freed_period = heap.period_index -% 1;
-            heap.keepSpare(spare);
+        // The emptied shell keeps its empty segments, or else gets one of
+        // ours, for the thread that takes it next (thread.zig): that thread
+        // then maps no segment, while we would keep them as spares we may
+        // never use. Their free memory goes back now: no thread runs the
+        // shell's purges.
+        if (other.spares.count == 0) {
+            if (heap.spares.pop()) |spare| {
+                // Monotonic: an empty segment; nobody frees into it.
+                spare.owner.store(other, .monotonic);
+                other.spares.push(spare);
+            }
         }
+        var spare_it = other.spares.first;
+        while (spare_it) |spare| : (spare_it = spare.all.next) purge.shrank(heap, spare.purgeDirty());
         other.pages_direct = @splat(&page_empty);
         other.with_free = @splat(.{});
         other.decay_due_ns = 0;

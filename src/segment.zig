@@ -226,6 +226,11 @@ pub const Segment = extern struct {
         segment.page_shift = kind.pageShift();
         segment.page_count = kind.pageCount();
         segment.free_mask = segment.usablePages();
+        // Notices left from the old layout name pages that may not exist in
+        // the new one (whose metadata past page_count is stale): the segment
+        // is empty, so no remote free is announcing anything, and every bit
+        // is stale. Monotonic: no notifier runs; only the owner reads it.
+        segment.page_notice.store(0, .monotonic);
         for (segment.pages[0..segment.page_count], 0..) |*page, i| {
             page.* = .{ .index = @intCast(i) };
         }
@@ -557,4 +562,15 @@ test "ofPtr finds the header for block starts" {
     try std.testing.expectEqual(base, @intFromPtr(Segment.ofPtr(@ptrFromInt(base + segment_size_bytes - 8))));
     // A huge block aligned to a segment or more starts one segment after its header.
     try std.testing.expectEqual(base, @intFromPtr(Segment.ofPtr(@ptrFromInt(base + segment_size_bytes))));
+}
+
+test "a segment laid out anew drops the notices of its old layout" {
+    var owner: Heap = Heap.init_value;
+    const segment = Segment.create(.small, &owner) orelse return error.SkipZigTest;
+    defer segment.destroy();
+    // A notice for page 40 of the small layout, never handled: the medium
+    // layout has 8 pages, and its metadata past them is the old layout's.
+    segment.page_notice.store(@as(u64, 1) << 40, .monotonic);
+    segment.setLayout(.medium);
+    try std.testing.expectEqual(@as(u64, 0), segment.page_notice.load(.monotonic));
 }

@@ -93,6 +93,27 @@ pub fn residentBytes() usize {
     return pages * std.heap.pageSize();
 }
 
+pub fn nowNanoseconds() u64 {
+    var ts: std.os.linux.timespec = undefined;
+    _ = std.os.linux.clock_gettime(.MONOTONIC, &ts);
+    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
+}
+
+/// The kernel's limit on mappings per process (vm.max_map_count); its
+/// default when it cannot be read.
+pub fn mapCountMax() usize {
+    const default = 65530;
+    const linux = std.os.linux;
+    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/sys/vm/max_map_count", .{}, 0);
+    if (linux.errno(fd_rc) != .SUCCESS) return default;
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    var buf: [32]u8 = undefined;
+    const n = linux.read(fd, &buf, buf.len);
+    if (linux.errno(n) != .SUCCESS) return default;
+    return std.fmt.parseInt(usize, std.mem.trim(u8, buf[0..n], " \n"), 10) catch default;
+}
+
 pub const SizeMix = enum { small, medium, large, huge };
 
 /// A random request size, mostly small, reaching every class and huge sizes.
