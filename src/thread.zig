@@ -18,17 +18,28 @@
 //! Every change of owner is a compare-and-swap on the whole word; the
 //! sequence number makes a stale read fail the swap (no ABA).
 //!
+//! On 64-bit targets the owner word is 64 bits and holds the thread id.
+//! 32-bit targets have no 64-bit atomics: there the word holds state and
+//! sequence number, and the id sits beside it (`Heap.owner_tid`), written
+//! while the heap is claimed and published by the release store that makes
+//! it active (see `take`). A reader that pairs a stale id with its owner
+//! word then fails its compare-and-swap: the word moved on.
+//!
 //! ## When is a heap's thread gone?
 //!
-//! With libc, a pthread key destructor runs in the ending thread: it returns
-//! unused memory and marks the heap orphaned. Without libc (or when a thread
-//! allocates again after its destructor ran), nothing tells us, so threads
-//! that need a heap or fresh memory look for dead owners:
+//! Where the system says so (os.thread_exit_callback: a pthread key
+//! destructor with libc, an FLS callback on Windows), a callback runs in
+//! the ending thread: it returns unused memory and marks the heap orphaned.
+//! Without one (Linux without libc), or when a thread allocates again after
+//! its callback ran, nothing tells us, so threads that need a heap or fresh
+//! memory look for dead owners, where the system can tell
+//! (os.can_probe_threads):
 //!
 //! 1. A heap tagged active(T) in our process whose thread T is gone is safe
-//!    to take over: nobody runs on it any more. A thread is gone when
-//!    `tgkill(pid, T, 0)` fails with ESRCH. The kernel reaps a thread's id
-//!    only after the thread has stopped running, so the heap is quiescent.
+//!    to take over: nobody runs on it any more. A thread is gone when the
+//!    probe says so (Linux: `tgkill(pid, T, 0)` fails with ESRCH; the
+//!    kernel reaps a thread's id only after the thread has stopped
+//!    running, so the heap is quiescent).
 //! 2. Thread ids of live threads are unique. So when a thread with id T
 //!    registers and finds a heap tagged active(T) in its process, that
 //!    heap's thread is gone (the id was reused); take it without probing.
@@ -61,8 +72,9 @@ const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
 /// The calling thread's heap. Reached through `current`/`setCurrent` only.
-/// In the shared library it is exported so that inline assembly can address
-/// it with the initial-exec TLS model (see tlsSlot).
+/// In the shared library on Linux x86_64 and aarch64 it is exported so that
+/// inline assembly can address it with the initial-exec TLS model (see
+/// tlsSlot); everywhere else it is a plain thread-local.
 const tls_heap = if (config.shared_object) struct {
     export threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
 } else struct {
@@ -125,15 +137,39 @@ const probe_batch_count = 8;
 
 const State = enum(u2) { free, active, orphaned, claimed };
 
-const Owner = packed struct(u64) {
+/// Whether the owner's thread id fits in the owner word (see the top).
+pub const tid_in_word = @bitSizeOf(usize) >= 64;
+pub const OwnerWord = if (tid_in_word) u64 else u32;
+
+const Owner = packed struct(OwnerWord) {
     state: State,
     seq: u30,
-    tid: i32,
+    /// The owning thread (active only); on 32-bit in `Heap.owner_tid`.
+    tid: if (tid_in_word) os.Tid else u0,
 
-    fn next(owner: Owner, state: State, tid: i32) Owner {
-        return .{ .state = state, .seq = owner.seq +% 1, .tid = tid };
+    fn next(owner: Owner, state: State, tid: os.Tid) Owner {
+        return .{ .state = state, .seq = owner.seq +% 1, .tid = if (tid_in_word) tid else 0 };
     }
 };
+
+comptime {
+    assert(@bitSizeOf(OwnerWord) <= @bitSizeOf(usize));
+}
+
+/// The thread an `owner` word read from `heap` names (active only).
+fn ownerTid(heap: *Heap, owner: Owner) os.Tid {
+    if (tid_in_word) return owner.tid;
+    // Monotonic: the acquire load of `owner` ordered this after the store
+    // that preceded its publication; a later id comes with a later word,
+    // and the caller's compare-and-swap with `owner` then fails.
+    return heap.owner_tid.load(.monotonic);
+}
+
+/// Sets up the owner of a heap not yet published: active(tid).
+fn initOwner(heap: *Heap, tid: os.Tid) void {
+    heap.owner = .init(@bitCast(Owner{ .state = .active, .seq = 0, .tid = if (tid_in_word) tid else 0 }));
+    if (!tid_in_word) heap.owner_tid = .init(tid);
+}
 
 var registry: [heap_count_max]std.atomic.Value(?*Heap) = @splat(.init(null));
 var registry_len: std.atomic.Value(u32) = .init(0);
@@ -179,7 +215,7 @@ pub fn initCurrent() ?*Heap {
     const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
     if (config.hardening.randomize and heap.random == 0) heap.random = secure.randomWord() | 1;
     setCurrent(heap);
-    if (!builtin.single_threaded and builtin.link_libc) exit_hook.register(heap);
+    if (!builtin.single_threaded) exit_hook.register(heap);
     return heap;
 }
 
@@ -201,7 +237,7 @@ fn claim() ?*Heap {
 
 const claim_rounds_max = 16;
 
-fn claimScan(pid: os.Pid, tid: i32) struct { heap: ?*Heap, saw_claimed: bool } {
+fn claimScan(pid: os.Pid, tid: os.Tid) struct { heap: ?*Heap, saw_claimed: bool } {
     const len = heapCount();
     var shell: ?*Heap = null;
     var saw_claimed = false;
@@ -213,7 +249,7 @@ fn claimScan(pid: os.Pid, tid: i32) struct { heap: ?*Heap, saw_claimed: bool } {
         switch (owner.state) {
             .orphaned => if (take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false },
             // Rule 2: our id on an active heap of our process: its thread is gone.
-            .active => if (owner.tid == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid))
+            .active => if (ownerTid(heap, owner) == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid))
                 return .{ .heap = heap, .saw_claimed = false },
             .free => if (shell == null) {
                 shell = heap;
@@ -240,27 +276,38 @@ fn isDead(heap: *Heap, owner: Owner, pid: os.Pid) bool {
     if (owner.state != .active) return false;
     // Monotonic: checked again by the CAS in `take`/`claimToAbsorb`.
     if (heap.pid.load(.monotonic) != pid) return false;
-    return !os.threadIsAlive(pid, owner.tid);
+    return !os.threadIsAlive(pid, ownerTid(heap, owner));
 }
 
 /// Makes the calling thread the owner of `heap`, if its owner word is still
 /// `expected`.
-fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: i32) bool {
+fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
     // Written before the CAS: every thread that may race here is in this
     // process and writes the same value. Monotonic: readers re-check the
     // owner word with a CAS before relying on it.
     heap.pid.store(pid, .monotonic);
-    // Acquire on success: we see the heap as its previous owner left it.
-    return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) == null;
+    if (tid_in_word) {
+        // Acquire on success: we see the heap as its previous owner left it.
+        return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) == null;
+    }
+    // Claimed while the id beside the word changes: readers skip claimed heaps.
+    const claimed = expected.next(.claimed, 0);
+    // Acquire on success: as above.
+    if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(claimed), .acquire, .monotonic) != null) return false;
+    // Monotonic: published by the release store below.
+    heap.owner_tid.store(tid, .monotonic);
+    // Release: a reader that sees us active sees our id.
+    heap.owner.store(@bitCast(claimed.next(.active, tid)), .release);
+    return true;
 }
 
-fn create(pid: os.Pid, tid: i32) ?*Heap {
+fn create(pid: os.Pid, tid: os.Tid) ?*Heap {
     const bytes = std.mem.alignForward(usize, @sizeOf(Heap), os.page_size_min_bytes);
     const memory = os.map(bytes, os.page_size_min_bytes, 0) orelse return null;
     const heap: *Heap = @ptrCast(@alignCast(memory));
     heap.* = Heap.init_value;
     heap.pid = .init(pid);
-    heap.owner = .init(@bitCast(Owner{ .state = .active, .seq = 0, .tid = tid }));
+    initOwner(heap, tid);
     // Monotonic: the slot store below publishes the heap.
     const index = registry_len.fetchAdd(1, .monotonic);
     if (index >= heap_count_max) {
@@ -385,59 +432,25 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
     return true;
 }
 
-/// With libc: a pthread key whose destructor abandons the heap of an
-/// ending thread, and an atfork handler for the child's heap.
-const exit_hook = if (builtin.link_libc) struct {
-    const c = std.c;
+/// Where the system calls back at thread exit (os.ThreadExit): abandons the
+/// heap of an ending thread; after a fork (with libc), re-tags the child's
+/// heap.
+const exit_hook = os.ThreadExit(onThreadExit, onForkChild);
 
-    var key: c.pthread_key_t = undefined;
-    /// 0: not set up, 1: being set up, 2: ready, 3: unavailable.
-    var key_state: std.atomic.Value(u8) = .init(0);
+fn onThreadExit(value: *anyopaque) void {
+    const heap: *Heap = @ptrCast(@alignCast(value));
+    // The thread may have given this heap up and taken another since.
+    if (heap == current()) abandonCurrent();
+}
 
-    fn register(heap: *Heap) void {
-        if (!ensureKey()) return;
-        // glibc keeps the first 32 keys in the thread descriptor, so this
-        // does not allocate for our key; if it failed, probing still works.
-        _ = c.pthread_setspecific(key, heap);
-    }
-
-    fn ensureKey() bool {
-        // Acquire: pairs with the release below, so `key` is initialized.
-        switch (key_state.load(.acquire)) {
-            2 => return true,
-            3 => return false,
-            else => {},
-        }
-        // Acquire/monotonic: whoever wins sets the key up; the rest wait.
-        if (key_state.cmpxchgStrong(0, 1, .acquire, .monotonic) == null) {
-            const ok = c.pthread_key_create(&key, onThreadExit) == .SUCCESS;
-            if (ok) _ = c.pthread_atfork(null, null, onForkChild);
-            // Release: publishes `key`.
-            key_state.store(if (ok) 2 else 3, .release);
-            return ok;
-        }
-        var spins: usize = 0;
-        // Acquire: as above. Bounded by the winner's two calls.
-        while (key_state.load(.acquire) == 1) : (spins += 1) {
-            if (spins > 1000) os.yieldThread();
-            std.atomic.spinLoopHint();
-        }
-        return key_state.load(.acquire) == 2;
-    }
-
-    fn onThreadExit(value: ?*anyopaque) callconv(.c) void {
-        const heap: *Heap = @ptrCast(@alignCast(value orelse return));
-        // The thread may have given this heap up and taken another since.
-        if (heap == current()) abandonCurrent();
-    }
-
-    fn onForkChild() callconv(.c) void {
-        const heap = current();
-        if (heap == &Heap.empty) return;
-        // Only this thread exists in the child: plain re-tagging is safe.
-        heap.pid.store(os.currentPid(), .monotonic);
-        const owner: Owner = @bitCast(heap.owner.load(.monotonic));
-        // Release: as in `abandonCurrent`.
-        heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
-    }
-} else struct {};
+fn onForkChild() void {
+    const heap = current();
+    if (heap == &Heap.empty) return;
+    // Only this thread exists in the child: plain re-tagging is safe.
+    heap.pid.store(os.currentPid(), .monotonic);
+    const owner: Owner = @bitCast(heap.owner.load(.monotonic));
+    // Monotonic: published by the release store below.
+    if (!tid_in_word) heap.owner_tid.store(os.currentTid(), .monotonic);
+    // Release: as in `abandonCurrent`.
+    heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
+}
