@@ -132,7 +132,7 @@ test "model: random alloc/resize/remap/free over all classes, huge sizes and ali
     const before = util.residentBytes();
     var peak: usize = 0;
     for (0..3) |round| {
-        try run(0x6b656e6e656c + round, steps, 2000, 6 << 20);
+        try run(@as(u64, 0x6b656e6e656c) + round, steps, 2000, 6 << 20);
         peak = @max(peak, kennel.stats().mapped_bytes_peak);
     }
     // Everything was freed: once the thread gives its unused memory back,
