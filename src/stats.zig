@@ -155,8 +155,8 @@ fn addSegment(walk: *Walk, address: usize) void {
     s.committed_bytes += std.mem.alignForward(usize, @offsetOf(Segment, "pages") + @as(usize, page_count) * @sizeOf(@TypeOf(segment.pages[0])), page);
     const abandoned = if (segment.ownerRelaxed()) |owner| walk.isAbandoned(owner) else false;
     // Monotonic: owner-written masks; a snapshot.
-    const free_pages = @atomicLoad(u64, &segment.free_mask, .monotonic);
-    const resident = @atomicLoad(u64, &segment.resident_mask, .monotonic);
+    const free_pages = Segment.loadMaskRelaxed(&segment.free_mask);
+    const resident = Segment.loadMaskRelaxed(&segment.resident_mask);
     const page_shift = @atomicLoad(u8, &segment.page_shift, .monotonic);
     // Free pages: the memory under them that may still be resident.
     if (page_shift >= std.math.log2_int(usize, segment_mod.small_page_bytes) and page_shift <= std.math.log2_int(usize, segment_mod.segment_size_bytes))

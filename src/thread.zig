@@ -19,6 +19,13 @@
 //! Every change of owner is a compare-and-swap on the whole word; the
 //! sequence number makes a stale read fail the swap (no ABA).
 //!
+//! On 64-bit targets the owner word is 64 bits and holds the thread id.
+//! 32-bit targets have no 64-bit atomics: there the word holds state and
+//! sequence number, and the id sits beside it (`Heap.owner_tid`), written
+//! while the heap is claimed and published by the release store that makes
+//! it active (see `take`). A reader that pairs a stale id with its owner
+//! word then fails its compare-and-swap: the word moved on.
+//!
 //! ## The registry
 //!
 //! Heaps are stored in place, one per index, in chunks: chunk k holds
@@ -69,15 +76,19 @@
 //!
 //! ## When is a heap's thread gone?
 //!
-//! With libc, a pthread key destructor runs in the ending thread: it returns
-//! unused memory and marks the heap orphaned. Without libc (or when a thread
-//! allocates again after its destructor ran), nothing tells us, so threads
-//! that need a heap or fresh memory look for dead owners:
+//! Where the system says so (os.thread_exit_callback: a pthread key
+//! destructor with libc, an FLS callback on Windows), a callback runs in
+//! the ending thread: it returns unused memory and marks the heap orphaned.
+//! Without one (Linux without libc), or when a thread allocates again after
+//! its callback ran, nothing tells us, so threads that need a heap or fresh
+//! memory look for dead owners, where the system can tell
+//! (os.can_probe_threads):
 //!
 //! 1. A heap tagged active(T) in our process whose thread T is gone is safe
-//!    to take over: nobody runs on it any more. A thread is gone when
-//!    `tgkill(pid, T, 0)` fails with ESRCH. The kernel reaps a thread's id
-//!    only after the thread has stopped running, so the heap is quiescent.
+//!    to take over: nobody runs on it any more. A thread is gone when the
+//!    probe says so (Linux: `tgkill(pid, T, 0)` fails with ESRCH; the
+//!    kernel reaps a thread's id only after the thread has stopped
+//!    running, so the heap is quiescent).
 //! 2. Thread ids of live threads are unique. So when a thread with id T
 //!    registers and finds a heap tagged active(T) in its process, that
 //!    heap's thread is gone (the id was reused); take it without probing.
@@ -113,8 +124,9 @@ const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
 /// The calling thread's heap. Reached through `current`/`setCurrent` only.
-/// In the shared library it is exported so that inline assembly can address
-/// it with the initial-exec TLS model (see tlsSlot).
+/// In the shared library on Linux x86_64 and aarch64 it is exported so that
+/// inline assembly can address it with the initial-exec TLS model (see
+/// tlsSlot); everywhere else it is a plain thread-local.
 const tls_heap = if (config.shared_object) struct {
     export threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
 } else struct {
@@ -169,8 +181,10 @@ inline fn tlsSlot() **Heap {
 
 /// Heaps in the registry's first chunk; chunk k holds this many << k.
 const chunk_first_heaps = 16;
-/// Chunks the registry can have.
-const chunk_count = 28;
+/// Chunks the registry can have. On 32-bit targets the vacant stack's head
+/// packs an index and a tag in 32 bits, so indices stay below 2^16; a 32-bit
+/// address space holds fewer threads than that anyway (each needs a stack).
+const chunk_count = if (tid_in_word) 28 else 12;
 
 /// Most heaps that can exist at once: one per thread alive at the same time
 /// (dead threads' heaps are reused). More than memory holds (each heap is a
@@ -180,7 +194,8 @@ pub const heap_count_max = chunk_first_heaps * ((1 << chunk_count) - 1);
 
 comptime {
     assert(std.math.isPowerOfTwo(chunk_first_heaps));
-    assert(heap_count_max < std.math.maxInt(u32));
+    assert(heap_count_max < std.math.maxInt(VacantIndex));
+    assert(@bitSizeOf(OwnerWord) <= @bitSizeOf(usize));
     assert(@sizeOf(Heap) % @alignOf(Heap) == 0);
 }
 
@@ -199,15 +214,29 @@ const tid_hint_count = 1 << 15;
 
 const State = enum(u3) { unborn = 0, free, active, orphaned, claimed };
 
-const Owner = packed struct(u64) {
+/// Whether the owner's thread id fits in the owner word (see the top).
+pub const tid_in_word = @bitSizeOf(usize) >= 64;
+pub const OwnerWord = if (tid_in_word) u64 else u32;
+
+const Owner = packed struct(OwnerWord) {
     state: State,
     seq: u29,
-    tid: i32,
+    /// The owning thread (active only); on 32-bit in `Heap.owner_tid`.
+    tid: if (tid_in_word) os.Tid else u0,
 
-    fn next(owner: Owner, state: State, tid: i32) Owner {
-        return .{ .state = state, .seq = owner.seq +% 1, .tid = tid };
+    fn next(owner: Owner, state: State, tid: os.Tid) Owner {
+        return .{ .state = state, .seq = owner.seq +% 1, .tid = if (tid_in_word) tid else 0 };
     }
 };
+
+/// The thread an `owner` word read from `heap` names (active only).
+fn ownerTid(heap: *Heap, owner: Owner) os.Tid {
+    if (tid_in_word) return owner.tid;
+    // Monotonic: the acquire load of `owner` ordered this after the store
+    // that preceded its publication; a later id comes with a later word,
+    // and the caller's compare-and-swap with `owner` then fails.
+    return heap.owner_tid.load(.monotonic);
+}
 
 /// A heap's place in the registry: a field of every heap (`Heap.entry`).
 pub const Entry = struct {
@@ -219,12 +248,16 @@ pub const Entry = struct {
     listed: std.atomic.Value(bool) = .init(false),
 };
 
+/// Half of the vacant stack's head: a whole word has no 64-bit atomics on
+/// 32-bit targets.
+const VacantIndex = if (tid_in_word) u32 else u16;
+
 /// The vacant stack's head.
-const Vacant = packed struct(u64) {
+const Vacant = packed struct(OwnerWord) {
     /// Index + 1 of the top heap; 0 when the stack is empty.
-    top: u32,
+    top: VacantIndex,
     /// Changed by every push and pop.
-    tag: u32,
+    tag: VacantIndex,
 };
 
 var chunks: [chunk_count]std.atomic.Value(?[*]Heap) = @splat(.init(null));
@@ -233,7 +266,7 @@ var chunks: [chunk_count]std.atomic.Value(?[*]Heap) = @splat(.init(null));
 var registry_len: std.atomic.Value(u32) = .init(0);
 /// Heaps born so far.
 var born_count: std.atomic.Value(u32) = .init(0);
-var vacant_head: std.atomic.Value(u64) = .init(0);
+var vacant_head: std.atomic.Value(OwnerWord) = .init(0);
 /// Heaps in state orphaned (a hint for absorbAnyOrphan).
 var orphaned_count: std.atomic.Value(u32) = .init(0);
 /// Where the next liveness probe looks, and the next look for an orphan.
@@ -311,7 +344,7 @@ pub fn initCurrent() ?*Heap {
     const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
     if (config.hardening.randomize and heap.random == 0) heap.random = secure.randomWord() | 1;
     setCurrent(heap);
-    if (!builtin.single_threaded and builtin.link_libc) exit_hook.register(heap);
+    if (!builtin.single_threaded) exit_hook.register(heap);
     return heap;
 }
 
@@ -349,24 +382,24 @@ const claim_rounds_max = 16;
 
 /// Rule 2 without a scan: the heap our thread id last owned, if it is
 /// still tagged with it.
-fn takeHinted(pid: os.Pid, tid: i32) ?*Heap {
+fn takeHinted(pid: os.Pid, tid: os.Tid) ?*Heap {
     // Monotonic: a hint; bornAt and take check the heap.
     const hint = tid_hints[hintIndex(tid)].load(.monotonic);
     if (hint == 0) return null;
     const heap = bornAt(hint - 1) orelse return null;
     const owner = loadOwner(heap);
     // Monotonic: checked again by the CAS in `take`.
-    if (owner.state != .active or owner.tid != tid or heap.pid.load(.monotonic) != pid) return null;
+    if (owner.state != .active or ownerTid(heap, owner) != tid or heap.pid.load(.monotonic) != pid) return null;
     return if (take(heap, owner, pid, tid)) heap else null;
 }
 
-fn hintIndex(tid: i32) usize {
+fn hintIndex(tid: os.Tid) usize {
     return @as(u32, @bitCast(tid)) % tid_hint_count;
 }
 
 /// Pops the vacant stack until it takes an orphaned heap, or finds a free
 /// shell, which it leaves to the caller (off the stack, not taken).
-fn popVacantFor(pid: os.Pid, tid: i32, saw_claimed: *bool) struct { taken: ?*Heap = null, shell: ?*Heap = null } {
+fn popVacantFor(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) struct { taken: ?*Heap = null, shell: ?*Heap = null } {
     // Every pop removes an entry, and a heap is listed at most once: the
     // stack holds at most one entry per index (pushes meanwhile may add a
     // few, found by the next round).
@@ -391,7 +424,7 @@ fn popVacantFor(pid: os.Pid, tid: i32, saw_claimed: *bool) struct { taken: ?*Hea
 
 /// Rule 1 (and 2) over the next `probe_batch_count` heaps of the cursor.
 /// Vacant heaps met on the way are taken too (see "fork" at the top).
-fn takeProbed(pid: os.Pid, tid: i32, saw_claimed: *bool) ?*Heap {
+fn takeProbed(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) ?*Heap {
     const len = indexCount();
     if (len == 0) return null;
     for (0..@min(len, probe_batch_count)) |_| {
@@ -400,7 +433,7 @@ fn takeProbed(pid: os.Pid, tid: i32, saw_claimed: *bool) ?*Heap {
         const vacant = switch (owner.state) {
             .orphaned, .free => true,
             // Monotonic: checked again by the CAS in `take`.
-            .active => (owner.tid == tid and heap.pid.load(.monotonic) == pid) or isDead(heap, owner, pid),
+            .active => (ownerTid(heap, owner) == tid and heap.pid.load(.monotonic) == pid) or isDead(heap, owner, pid),
             .claimed => blk: {
                 saw_claimed.* = true;
                 break :blk false;
@@ -426,32 +459,44 @@ fn isDead(heap: *Heap, owner: Owner, pid: os.Pid) bool {
     if (owner.state != .active) return false;
     // Monotonic: checked again by the CAS in `take`/`claimToAbsorb`.
     if (heap.pid.load(.monotonic) != pid) return false;
-    return !os.threadIsAlive(pid, owner.tid);
+    return !os.threadIsAlive(pid, ownerTid(heap, owner));
 }
 
 /// Makes the calling thread the owner of `heap`, if its owner word is still
 /// `expected`.
-fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: i32) bool {
+fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
     assert(expected.state != .unborn and expected.state != .claimed);
     // Written before the CAS: every thread that may race here is in this
     // process and writes the same value. Monotonic: readers re-check the
     // owner word with a CAS before relying on it.
     heap.pid.store(pid, .monotonic);
-    // Acquire on success: we see the heap as its previous owner left it.
-    if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) != null) return false;
+    if (tid_in_word) {
+        // Acquire on success: we see the heap as its previous owner left it.
+        if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) != null) return false;
+    } else {
+        // Claimed while the id beside the word changes: readers skip
+        // claimed heaps.
+        const claimed = expected.next(.claimed, 0);
+        // Acquire on success: as above.
+        if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(claimed), .acquire, .monotonic) != null) return false;
+        // Monotonic: published by the release store below.
+        heap.owner_tid.store(tid, .monotonic);
+        // Release: a reader that sees us active sees our id.
+        heap.owner.store(@bitCast(claimed.next(.active, tid)), .release);
+    }
     tookOver(heap, expected, tid);
     return true;
 }
 
 /// Bookkeeping after the calling thread (id `tid`) took `heap` in state
 /// `was`.
-fn tookOver(heap: *Heap, was: Owner, tid: i32) void {
+fn tookOver(heap: *Heap, was: Owner, tid: os.Tid) void {
     // Monotonic: a hint, and a count read as a hint.
     if (was.state == .orphaned) _ = orphaned_count.fetchSub(1, .monotonic);
     tid_hints[hintIndex(tid)].store(heap.entry.index + 1, .monotonic);
 }
 
-fn create(pid: os.Pid, tid: i32) ?*Heap {
+fn create(pid: os.Pid, tid: os.Tid) ?*Heap {
     const index = reserveIndex() orelse return null;
     const where = chunkOf(index);
     const chunk = chunks[where.chunk].load(.acquire) orelse mapChunk(where.chunk) orelse return null;
@@ -463,8 +508,9 @@ fn create(pid: os.Pid, tid: i32) ?*Heap {
     }
     heap.entry.index = index;
     heap.pid = .init(pid);
+    if (!tid_in_word) heap.owner_tid = .init(tid);
     // Release: a thread that sees the heap born sees it initialized.
-    heap.owner.store(@bitCast(Owner{ .state = .active, .seq = 0, .tid = tid }), .release);
+    heap.owner.store(@bitCast(Owner{ .state = .active, .seq = 0, .tid = if (tid_in_word) tid else 0 }), .release);
     // Monotonic: a statistic.
     _ = born_count.fetchAdd(1, .monotonic);
     tookOver(heap, .{ .state = .unborn, .seq = 0, .tid = 0 }, tid);
@@ -508,7 +554,7 @@ fn popVacant() ?*Heap {
         // Monotonic: if the link changed since we read the head, so did the
         // tag, and the swap fails.
         const below = heap.entry.vacant_next.load(.monotonic);
-        const popped: Vacant = .{ .top = below, .tag = head.tag +% 1 };
+        const popped: Vacant = .{ .top = @intCast(below), .tag = head.tag +% 1 };
         // Acquire: as above, for the next head.
         head = @bitCast(vacant_head.cmpxchgWeak(@bitCast(head), @bitCast(popped), .acquire, .acquire) orelse return heap);
     }
@@ -526,7 +572,7 @@ fn listVacant(heap: *Heap) void {
     while (true) {
         // Monotonic: published by the release swap below.
         heap.entry.vacant_next.store(head.top, .monotonic);
-        const pushed: Vacant = .{ .top = heap.entry.index + 1, .tag = head.tag +% 1 };
+        const pushed: Vacant = .{ .top = @intCast(heap.entry.index + 1), .tag = head.tag +% 1 };
         // Release: a popper that acquires the head sees the link.
         head = @bitCast(vacant_head.cmpxchgWeak(@bitCast(head), @bitCast(pushed), .release, .monotonic) orelse return);
     }
@@ -661,59 +707,25 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
     return true;
 }
 
-/// With libc: a pthread key whose destructor abandons the heap of an
-/// ending thread, and an atfork handler for the child's heap.
-const exit_hook = if (builtin.link_libc) struct {
-    const c = std.c;
+/// Where the system calls back at thread exit (os.ThreadExit): abandons the
+/// heap of an ending thread; after a fork (with libc), re-tags the child's
+/// heap.
+const exit_hook = os.ThreadExit(onThreadExit, onForkChild);
 
-    var key: c.pthread_key_t = undefined;
-    /// 0: not set up, 1: being set up, 2: ready, 3: unavailable.
-    var key_state: std.atomic.Value(u8) = .init(0);
+fn onThreadExit(value: *anyopaque) void {
+    const heap: *Heap = @ptrCast(@alignCast(value));
+    // The thread may have given this heap up and taken another since.
+    if (heap == current()) abandonCurrent();
+}
 
-    fn register(heap: *Heap) void {
-        if (!ensureKey()) return;
-        // glibc keeps the first 32 keys in the thread descriptor, so this
-        // does not allocate for our key; if it failed, probing still works.
-        _ = c.pthread_setspecific(key, heap);
-    }
-
-    fn ensureKey() bool {
-        // Acquire: pairs with the release below, so `key` is initialized.
-        switch (key_state.load(.acquire)) {
-            2 => return true,
-            3 => return false,
-            else => {},
-        }
-        // Acquire/monotonic: whoever wins sets the key up; the rest wait.
-        if (key_state.cmpxchgStrong(0, 1, .acquire, .monotonic) == null) {
-            const ok = c.pthread_key_create(&key, onThreadExit) == .SUCCESS;
-            if (ok) _ = c.pthread_atfork(null, null, onForkChild);
-            // Release: publishes `key`.
-            key_state.store(if (ok) 2 else 3, .release);
-            return ok;
-        }
-        var spins: usize = 0;
-        // Acquire: as above. Bounded by the winner's two calls.
-        while (key_state.load(.acquire) == 1) : (spins += 1) {
-            if (spins > 1000) os.yieldThread();
-            std.atomic.spinLoopHint();
-        }
-        return key_state.load(.acquire) == 2;
-    }
-
-    fn onThreadExit(value: ?*anyopaque) callconv(.c) void {
-        const heap: *Heap = @ptrCast(@alignCast(value orelse return));
-        // The thread may have given this heap up and taken another since.
-        if (heap == current()) abandonCurrent();
-    }
-
-    fn onForkChild() callconv(.c) void {
-        const heap = current();
-        if (heap == &Heap.empty) return;
-        // Only this thread exists in the child: plain re-tagging is safe.
-        heap.pid.store(os.currentPid(), .monotonic);
-        const owner: Owner = @bitCast(heap.owner.load(.monotonic));
-        // Release: as in `abandonCurrent`.
-        heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
-    }
-} else struct {};
+fn onForkChild() void {
+    const heap = current();
+    if (heap == &Heap.empty) return;
+    // Only this thread exists in the child: plain re-tagging is safe.
+    heap.pid.store(os.currentPid(), .monotonic);
+    const owner: Owner = @bitCast(heap.owner.load(.monotonic));
+    // Monotonic: published by the release store below.
+    if (!tid_in_word) heap.owner_tid.store(os.currentTid(), .monotonic);
+    // Release: as in `abandonCurrent`.
+    heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
+}
