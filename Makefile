@@ -10,7 +10,7 @@ VENV_ZIG    := $(VENV)/bin/zig
 SYSTEM_ZIG  := $(shell command -v zig 2>/dev/null)
 ZIG         := $(if $(and $(SYSTEM_ZIG),$(filter $(ZIG_VERSION),$(shell zig version 2>/dev/null))),zig,$(VENV_ZIG))
 
-.PHONY: all build test bench bench-instr bench-secure fmt fmt-check clean zig
+.PHONY: all build test test-targets wasmtime bench bench-instr bench-secure fmt fmt-check clean zig
 
 all: build
 
@@ -32,8 +32,23 @@ $(VENV)/.matplotlib: | $(PYTHON)
 build: zig
 	$(ZIG) build -Doptimize=ReleaseFast
 
+# The native suite, then the other targets' suites through their runners
+# (qemu-user, wine, wasmtime; each skipped with a note when missing) and
+# the cross-compiled-only targets: tests/targets.sh.
 test: zig
 	$(ZIG) build test --summary all
+	sh tests/targets.sh $(ZIG)
+
+# The other targets only; TARGETS="aarch64-linux-musl x86_64-windows" for some.
+test-targets: zig
+	sh tests/targets.sh $(ZIG) $(TARGETS)
+
+# The WASI runner of the wasm32-wasi suite: the wasmtime package, in .venv.
+wasmtime: $(VENV)/.wasmtime
+
+$(VENV)/.wasmtime: | $(PYTHON)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check wasmtime
+	touch $@
 
 # QUICK=1 for a short first look. Peers that are not installed are skipped
 # with a note; their runtime libraries are enough (no -dev packages):
@@ -49,10 +64,10 @@ bench-secure: zig $(VENV)/.matplotlib
 	$(PYTHON) bench/run.py --zig $(ZIG) --secure $(if $(QUICK),--quick)
 
 fmt: zig
-	$(ZIG) fmt build.zig build.zig.zon src tests bench
+	$(ZIG) fmt build.zig build.zig.zon src tests bench examples
 
 fmt-check: zig
-	$(ZIG) fmt --check build.zig build.zig.zon src tests bench
+	$(ZIG) fmt --check build.zig build.zig.zon src tests bench examples
 
 clean:
 	rm -rf .zig-cache zig-out

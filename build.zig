@@ -20,8 +20,40 @@ pub fn build(b: *std.Build) void {
     module.addImport("kennel_options", features.module(b));
 
     const libs = addCLibrary(b, target, optimize, features);
-    addTests(b, target, libs);
-    addBench(b, target);
+    const example = addExample(b, target, module);
+    addTests(b, target, libs, example);
+    if (isHost(b, target)) addBench(b, target);
+}
+
+/// Whether binaries for `target` run here without an emulator.
+fn isHost(b: *std.Build, target: std.Build.ResolvedTarget) bool {
+    const host = b.graph.host.result;
+    return target.result.os.tag == host.os.tag and target.result.cpu.arch == host.cpu.arch;
+}
+
+/// wasm without shared memory has no threads: kennel's wasm backend needs a
+/// single-threaded build (src/os/wasm.zig).
+fn singleThreadedOnly(target: std.Build.ResolvedTarget) bool {
+    return target.result.cpu.arch.isWasm() and !target.result.cpu.has(.wasm, .atomics);
+}
+
+/// examples/hello.zig: a program that uses nothing but std and kennel, as a
+/// new user's would (`zig build example`, for any -Dtarget).
+fn addExample(b: *std.Build, target: std.Build.ResolvedTarget, kennel: *std.Build.Module) *std.Build.Step {
+    const exe = b.addExecutable(.{ .name = "hello", .root_module = b.createModule(.{
+        .root_source_file = b.path("examples/hello.zig"),
+        .target = target,
+        .optimize = .safe,
+        .imports = &.{.{ .name = "kennel", .module = kennel }},
+    }) });
+    if (target.result.os.tag == .freestanding) {
+        // A wasm module without a start function: the host calls `run`.
+        exe.entry = .disabled;
+        exe.rdynamic = true;
+    }
+    const step = b.step("example", "Build the example program (examples/hello.zig) into zig-out/bin");
+    step.dependOn(&b.addInstallArtifact(exe, .{}).step);
+    return step;
 }
 
 /// The compile-time configuration of one kennel compilation (src/config.zig
@@ -54,7 +86,7 @@ fn kennelModule(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.l
         .root_source_file = b.path("src/root.zig"),
         .target = target,
         .optimize = optimize,
-        .single_threaded = single_threaded,
+        .single_threaded = single_threaded or singleThreadedOnly(target),
         .link_libc = link_libc,
         .valgrind = if (features.valgrind) true else null,
     });
@@ -72,6 +104,7 @@ fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lan
         .optimize = optimize,
         .link_libc = true,
         .pic = true,
+        .single_threaded = if (singleThreadedOnly(target)) true else null,
         .valgrind = if (features.valgrind) true else null,
     });
     module.addImport("kennel_options", features.module(b));
@@ -87,17 +120,20 @@ fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lan
 
 /// libkennel.so and libkennel.a (the malloc family, src/c.zig), the
 /// hardened libkennel-secure.so, kennel.h and a pkg-config file, installed
-/// by plain `zig build`.
+/// by plain `zig build`. On Linux the libraries replace malloc; elsewhere
+/// they export the kn_ functions only (src/c.zig). wasm has no shared
+/// libraries: the static one only.
 fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features) CLibraries {
     const version = c_library_version;
     const libs = cLibraries(b, target, optimize, features, "kennel");
-    b.installArtifact(libs.shared);
+    const shared_ok = !target.result.cpu.arch.isWasm();
+    if (shared_ok) b.installArtifact(libs.shared);
     b.installArtifact(libs.static);
     var hardened = features;
     inline for (comptime std.meta.fieldNames(Features)) |name| {
         if (@field(Features.secure, name)) @field(hardened, name) = true;
     }
-    b.installArtifact(cLibraries(b, target, optimize, hardened, "kennel-secure").shared);
+    if (shared_ok) b.installArtifact(cLibraries(b, target, optimize, hardened, "kennel-secure").shared);
     b.installFile("include/kennel.h", "include/kennel.h");
     // Relocatable: the prefix is found from where the file is installed.
     const pc = b.addWriteFiles().add("kennel.pc", b.fmt(
@@ -226,12 +262,34 @@ fn withStatsAndFill(features: Features) Features {
     return f;
 }
 
-fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) void {
+/// The configurations a target other than the host's runs (under qemu,
+/// wine or a WASI runtime) or only compiles, at the reduced size that
+/// tests/util.zig picks for emulated runs: without libc (probing thread
+/// liveness) and with it (thread exit callbacks; musl, wasi-libc, MinGW).
+const foreign_test_configs = [_][]const u8{ "debug", "release-safe-libc" };
+
+fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries, example: *std.Build.Step) void {
     const only = b.option([]const u8, "test-config", "Run the tests of one configuration only (e.g. debug, release-fast; c for the C library)");
     const filters = b.option([]const []const u8, "test-filter", "Run only tests whose name contains this") orelse &.{};
-    const test_step = b.step("test", "Run all tests in every configuration");
+    const native = isHost(b, target);
+    const reduced = b.option(bool, "test-reduced", "Fewer threads and iterations (default: for targets that run under an emulator)") orelse !native;
+    const wasi_python = b.option([]const u8, "wasi-python", "Run wasm32-wasi tests with this Python, which has the wasmtime package (else: zig's -fwasmtime)");
+    const test_step = b.step("test", "Run all tests in every configuration (another -Dtarget: under its emulator, -fqemu / -fwine)");
+    const build_step = b.step("test-build", "Build the test binaries, the example and the C library for -Dtarget without running them");
+    const test_options = b.addOptions();
+    test_options.addOption(bool, "reduced", reduced);
+    // What runs the tests (tests/util.zig skips what an emulator cannot do).
+    const emulator: enum { none, qemu, wine, wasmtime } = if (native) .none else switch (target.result.os.tag) {
+        .linux => .qemu,
+        .windows => .wine,
+        .wasi => .wasmtime,
+        else => .none, // built, not run
+    };
+    test_options.addOption([]const u8, "emulator", @tagName(emulator));
+    const options_module = test_options.createModule();
     for (test_configs) |config| {
         if (only) |name| if (!std.mem.eql(u8, name, config.name)) continue;
+        if (!native and only == null and !isForeignConfig(config.name)) continue;
         const kennel = kennelModule(b, target, config.optimize, config.features, config.single_threaded, config.link_libc);
         const runner: std.Build.Step.Compile.TestRunner = .{ .path = b.path("tests/runner.zig"), .mode = .simple };
         const unit = b.addTest(.{ .name = b.fmt("unit-{s}", .{config.name}), .root_module = kennel, .filters = filters, .test_runner = runner });
@@ -243,23 +301,60 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries) v
                 .root_source_file = b.path(config.suite),
                 .target = target,
                 .optimize = config.optimize,
-                .single_threaded = config.single_threaded,
+                .single_threaded = config.single_threaded or singleThreadedOnly(target),
                 .link_libc = config.link_libc,
-                .imports = &.{.{ .name = "kennel", .module = kennel }},
+                .imports = &.{
+                    .{ .name = "kennel", .module = kennel },
+                    .{ .name = "test_options", .module = options_module },
+                },
             }),
         });
         // The unit tests do not depend on the configuration's features
         // beyond what the full suites cover.
-        if (std.mem.eql(u8, config.suite, "tests/all.zig")) test_step.dependOn(&b.addRunArtifact(unit).step);
-        test_step.dependOn(&b.addRunArtifact(suite).step);
+        const with_unit = std.mem.eql(u8, config.suite, "tests/all.zig");
+        if (with_unit) {
+            test_step.dependOn(runTest(b, target, unit, wasi_python));
+            build_step.dependOn(&unit.step);
+        }
+        test_step.dependOn(runTest(b, target, suite, wasi_python));
+        build_step.dependOn(&suite.step);
     }
-    if (only == null or std.mem.eql(u8, only.?, "c")) addCTests(b, target, test_step, libs);
+    build_step.dependOn(example);
+    build_step.dependOn(b.getInstallStep());
+    if (!native) test_step.dependOn(example);
+    if (native and target.result.os.tag == .linux and (only == null or std.mem.eql(u8, only.?, "c"))) addCTests(b, target, test_step, libs);
+}
+
+fn isForeignConfig(name: []const u8) bool {
+    for (foreign_test_configs) |foreign| {
+        if (std.mem.eql(u8, foreign, name)) return true;
+    }
+    return false;
+}
+
+/// Runs a test binary: natively, under qemu or wine (zig build -fqemu,
+/// -fwine), or for wasm32-wasi with tests/wasi_run.py when a Python with
+/// wasmtime is given.
+fn runTest(b: *std.Build, target: std.Build.ResolvedTarget, artifact: *std.Build.Step.Compile, wasi_python: ?[]const u8) *std.Build.Step {
+    if (target.result.os.tag == .wasi) if (wasi_python) |python| {
+        const run = b.addSystemCommand(&.{python});
+        run.addFileArg(b.path("tests/wasi_run.py"));
+        run.addArtifactArg(artifact);
+        run.has_side_effects = true;
+        return &run.step;
+    };
+    const run = b.addRunArtifact(artifact);
+    // Under an emulator the same binary runs again with other settings
+    // (QEMU_PAGESIZE): never take an earlier run's result from the cache.
+    if (!isHost(b, target)) run.has_side_effects = true;
+    return &run.step;
 }
 
 /// The C library's tests, each a C program linked with a library built
 /// ReleaseSafe (assertions on) and again ReleaseFast where what the
 /// optimizer does matters: conformance (shared, static, hardened), a
-/// multi-threaded stress (fast and hardened), misuse and faults under both
+/// multi-threaded stress (fast and hardened), 20,000 threads alive at
+/// once, misuse and faults under both
 /// libraries, statistics, memcheck with the valgrind build, C++ operator
 /// new and delete (with g++), and real programs under LD_PRELOAD with the
 /// installed library.
@@ -279,6 +374,7 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
         .{ .name = "faults", .library = hardened.shared, .args = &.{"secure"} },
         .{ .name = "faults", .library = hardened_fast.shared, .args = &.{"secure"} },
         .{ .name = "stats", .library = checked.shared },
+        .{ .name = "threads", .library = checked.shared },
     };
     for (programs) |program| {
         const run = b.addRunArtifact(cTestProgram(b, target, program.name, program.library));

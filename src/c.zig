@@ -4,6 +4,11 @@
 //! (cxx.zig). The behaviour of each function, where C leaves a choice, is
 //! documented in include/kennel.h.
 //!
+//! Linux first: there the library replaces malloc (LD_PRELOAD, -lkennel)
+//! and reads KENNEL_* variables at load. On every other system it exports
+//! the kn_ functions only, for a program that calls them on purpose: the
+//! system's malloc stays as it is, and the library runs nothing at load.
+//!
 //! The Zig allocator knows each block's size and alignment at free; C does
 //! not, and C programs free pointers kennel never returned. So every free(),
 //! realloc() and malloc_usable_size() here validates its pointer first
@@ -39,8 +44,13 @@ const max_align_bytes = 16;
 
 // ---- Exports ------------------------------------------------------------
 
+/// Whether the standard names (malloc, free, ...) are exported too.
+const replaces_malloc = builtin.os.tag == .linux;
+
 comptime {
-    _ = cxx; // operator new and delete
+    // operator new and delete replace the C++ runtime's, as malloc does
+    // the C library's: on Linux only.
+    if (replaces_malloc) _ = cxx;
     exportBoth("malloc", &malloc);
     exportBoth("free", &free);
     exportBoth("calloc", &calloc);
@@ -58,13 +68,16 @@ comptime {
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });
     // Run at load and at exit (KENNEL_SHOW_STATS); hidden, not exported.
-    @export(&init_entry, .{ .name = "kennel_init_entry", .section = ".init_array", .visibility = .hidden });
-    @export(&fini_entry, .{ .name = "kennel_fini_entry", .section = ".fini_array", .visibility = .hidden });
+    if (replaces_malloc) {
+        @export(&init_entry, .{ .name = "kennel_init_entry", .section = ".init_array", .visibility = .hidden });
+        @export(&fini_entry, .{ .name = "kennel_fini_entry", .section = ".fini_array", .visibility = .hidden });
+    }
 }
 
-/// Exports `function` under its standard name and with the kn_ prefix.
+/// Exports `function` with the kn_ prefix and, on Linux, under its
+/// standard name.
 fn exportBoth(comptime name: []const u8, comptime function: anytype) void {
-    @export(function, .{ .name = name });
+    if (replaces_malloc) @export(function, .{ .name = name });
     @export(function, .{ .name = "kn_" ++ name });
 }
 
@@ -216,12 +229,7 @@ fn writeStream(stream: *anyopaque, bytes: []const u8) void {
 }
 
 fn writeStderr(_: void, bytes: []const u8) void {
-    var written: usize = 0;
-    while (written < bytes.len) {
-        const rc = std.c.write(2, bytes.ptr + written, bytes.len - written);
-        if (rc <= 0) return;
-        written += @intCast(rc);
-    }
+    os.backend.writeStderr(bytes);
 }
 
 fn kn_release_thread_memory() callconv(.c) void {

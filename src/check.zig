@@ -35,9 +35,10 @@ const Heap = @import("heap.zig").Heap;
 const memcheck = @import("memcheck.zig");
 
 /// The smallest block the checks work with: the free-list link and the
-/// freed mark; the live map's size assumes it too. C requests are rounded
-/// to 16 anyway; the hardened Zig allocator rounds up to it.
-pub const block_bytes_min = 2 * @sizeOf(usize);
+/// freed mark (two words), and 16 bytes with 32-bit words too: the live
+/// map's size assumes it. C requests are rounded to 16 anyway; the hardened
+/// Zig allocator rounds up to it.
+pub const block_bytes_min = @max(16, 2 * @sizeOf(usize));
 
 comptime {
     std.debug.assert(segment_mod.small_page_bytes / block_bytes_min == Segment.live_bits_per_page);
@@ -46,16 +47,17 @@ comptime {
 /// The first two words of a block: its free-list link and its freed mark.
 pub const Words = [2]usize;
 
-/// The fast C library's freed mark: "Kennel F".
-const plain_mark: usize = 0x4b656e6e656c2046;
+/// The fast C library's freed mark: "Kennel F" ("el F" in a 32-bit word).
+const plain_mark: usize = @truncate(0x4b656e6e656c2046);
 
 /// A block's word and bit in its segment's live map (hardened).
-const LiveBit = struct { word: *std.atomic.Value(u64), mask: u64 };
+const LiveBit = struct { word: *std.atomic.Value(usize), mask: usize };
 
 fn liveBit(segment: *Segment, page: *const Page, block: *const Words) LiveBit {
     const index = size_class.blockIndex(page.class, @intFromPtr(block) - @intFromPtr(page.area));
     assert(index < Segment.live_bits_per_page);
-    return .{ .word = &segment.liveWords(page.index)[index / 64], .mask = @as(u64, 1) << @intCast(index % 64) };
+    const bits = @bitSizeOf(usize);
+    return .{ .word = &segment.liveWords(page.index)[index / bits], .mask = @as(usize, 1) << @intCast(index % bits) };
 }
 
 /// A block that passed `validate`.
@@ -87,7 +89,7 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     }
     // Monotonic: the page of a live block was set up before the block was
     // handed out, which happened before the caller got the pointer.
-    const free_slices = @atomicLoad(u64, &segment.free_mask, .monotonic);
+    const free_slices = Segment.loadMaskRelaxed(&segment.free_mask);
     const slice: u6 = @intCast((address - @intFromPtr(segment)) >> segment_mod.slice_shift);
     if (free_slices & (@as(u64, 1) << slice) != 0) invalid(function, ptr, "in memory kennel does not use (freed twice?)");
     const page = segment.pageOf(ptr);

@@ -16,10 +16,13 @@ const options = @import("kennel_options");
 /// Built as libkennel (free() must validate pointers it is given).
 pub const c_library = @hasDecl(root, "kennel_c_library");
 
-/// Built as a shared object, which is loaded with LD_PRELOAD: its thread-
-/// local heap pointer must be reached with the initial-exec model, without
-/// a call to __tls_get_addr on every allocation.
-pub const shared_object = c_library and builtin.output_mode == .Lib and builtin.link_mode == .dynamic;
+/// Built as a shared object on Linux x86_64 or aarch64, which is loaded
+/// with LD_PRELOAD: its thread-local heap pointer is reached with the
+/// initial-exec model (inline assembly in thread.zig), without a call to
+/// __tls_get_addr on every allocation. Elsewhere a shared library uses a
+/// plain thread-local.
+pub const shared_object = c_library and builtin.output_mode == .Lib and builtin.link_mode == .dynamic and
+    builtin.os.tag == .linux and (builtin.cpu.arch == .x86_64 or builtin.cpu.arch == .aarch64);
 
 /// The hardened configuration's features (all on with -Dsecure; bench.zig
 /// builds each alone to measure what it costs). See secure.zig.

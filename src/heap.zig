@@ -45,13 +45,17 @@ const direct_count = direct_size_max_bytes / size_class.word_bytes + 1;
 /// page each time), at most.
 pub const retain_bytes_max = 1024 * 1024;
 
-/// Empty segments a heap keeps mapped at most.
-pub const spare_count_max = 16;
+/// Empty segments a heap keeps mapped at most. Fewer in a 32-bit address
+/// space, where 4 GiB hold only 1024 segments: spares keep address space
+/// from other threads even when their memory is purged.
+pub const spare_count_max = if (@bitSizeOf(usize) >= 64) 16 else 4;
 
-/// Segments are spread over this many lists per heap by address bits.
-const segment_group_count = 64;
+/// Segments are spread over this many lists per heap by address bits: one
+/// per bit of the `notice_groups` word.
+const segment_group_count = @bitSizeOf(usize);
+const Group = std.math.Log2Int(usize);
 
-fn segmentGroup(segment: *const Segment) u6 {
+fn segmentGroup(segment: *const Segment) Group {
     return @truncate(@intFromPtr(segment) / segment_mod.segment_size_bytes);
 }
 
@@ -88,7 +92,7 @@ pub const Heap = struct {
     /// `dirty_bytes` as last added to the process-wide total (purge.zig).
     dirty_reported_bytes: usize,
     /// The process-wide pressure sum this heap last paid up to (purge.zig).
-    pressure_seen_bytes: u64,
+    pressure_seen_bytes: usize,
     /// When the current decay period ends; 0 when none runs.
     decay_due_ns: u64,
     /// Decay periods ended so far: free memory stamped with an earlier one
@@ -115,11 +119,15 @@ pub const Heap = struct {
 
     // ---- Read and written by other threads (thread.zig). ----
     /// Thread ownership word; see thread.zig.
-    owner: std.atomic.Value(u64) align(std.atomic.cache_line),
+    owner: std.atomic.Value(thread.OwnerWord) align(std.atomic.cache_line),
+    /// 32-bit only: the owning thread's id, beside the word (thread.zig).
+    owner_tid: if (thread.tid_in_word) void else std.atomic.Value(os.Tid),
     /// Process the owner word refers to (detects fork children).
     pid: std.atomic.Value(os.Pid),
     /// Bit g: some segment of group g has `page_notice` bits set.
-    notice_groups: std.atomic.Value(u64),
+    notice_groups: std.atomic.Value(usize),
+    /// The heap's place in the registry of heaps (thread.zig).
+    entry: thread.Entry,
 
     pub const init_value: Heap = .{
         .pages_direct = @splat(&page_empty),
@@ -145,8 +153,10 @@ pub const Heap = struct {
         .random = 0,
         .requested_bytes = 0,
         .owner = .init(0),
+        .owner_tid = if (thread.tid_in_word) {} else .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
+        .entry = .{},
     };
 
     /// The heap of threads that have not allocated yet. It owns nothing, so
@@ -286,7 +296,7 @@ pub const Heap = struct {
         }
         const segment = Segment.create(heap) orelse return null;
         heap.addSegment(segment);
-        return heap.installPage(heap.takeSpanFrom(segment, slices).?, class);
+        return heap.installPage(heap.takeSpanFrom(segment, slices) orelse return null, class);
     }
 
     fn findPageInQueue(heap: *Heap, class: size_class.Class) ?*Page {
@@ -388,10 +398,10 @@ pub const Heap = struct {
         // SeqCst, with the SeqCst store of `owner` and load of `page_notice`
         // in `absorb`: of the two threads, at least one sees the other's
         // write, so a notice racing with a change of owner is not lost.
-        _ = segment.page_notice.fetchOr(@as(u64, 1) << @intCast(page.index), .seq_cst);
+        _ = segment.page_notice.word(page.index).fetchOr(Segment.PageBits.bit(page.index), .seq_cst);
         // SeqCst: the other half of the pattern above.
         const owner = segment.owner.load(.seq_cst) orelse return;
-        const bit = @as(u64, 1) << segmentGroup(segment);
+        const bit = @as(usize, 1) << segmentGroup(segment);
         // SeqCst: if the bit looks set, the owner's SeqCst swap of the
         // groups comes later and its scan then sees our page bit.
         if (owner.notice_groups.load(.seq_cst) & bit == 0) {
@@ -416,14 +426,18 @@ pub const Heap = struct {
                 steps -= 1;
                 // The segment may be released below: step first.
                 it = segment.all.next;
-                // Monotonic: a cheap look; the swap below does the ordering.
-                if (segment.page_notice.load(.monotonic) == 0) continue;
-                // SeqCst: see notifyOwner.
-                var pages = segment.page_notice.swap(0, .seq_cst);
-                while (pages != 0) : (pages &= pages - 1) {
-                    // A released segment had no page in use: the remaining
-                    // bits are stale, and the memory may be gone.
-                    if (heap.handleNotice(segment, &segment.pages[@ctz(pages)]) == .segment_released) break;
+                // One word on 64-bit targets.
+                words: for (&segment.page_notice.words, 0..) |*word, w| {
+                    // Monotonic: a cheap look; the swap below does the ordering.
+                    if (word.load(.monotonic) == 0) continue;
+                    // SeqCst: see notifyOwner.
+                    var pages = word.swap(0, .seq_cst);
+                    while (pages != 0) : (pages &= pages - 1) {
+                        const index = w * Segment.PageBits.word_bits + @ctz(pages);
+                        // A released segment had no page in use: the remaining
+                        // bits are stale, and the memory may be gone.
+                        if (heap.handleNotice(segment, &segment.pages[index]) == .segment_released) break :words;
+                    }
                 }
             }
         }
@@ -435,6 +449,8 @@ pub const Heap = struct {
     fn handleNotice(heap: *Heap, segment: *Segment, page: *Page) Released {
         // A notice may outlive the page's use (freed or reused since).
         if (segment.free_mask & (@as(u64, 1) << @intCast(page.index)) != 0) return .nothing;
+        // ... or its first slice is now inside another page.
+        if (page.slice_back != 0) return .nothing;
         if (page.isNotifying()) {
             // The announcer is still at work (or a second one raced it):
             // look again on the next round.
@@ -494,8 +510,8 @@ pub const Heap = struct {
     /// Sets a notice for one of our own pages.
     fn rearmNotice(heap: *Heap, segment: *Segment, page: *Page) void {
         // Monotonic: we are the owner, and processNotices reads both.
-        _ = segment.page_notice.fetchOr(@as(u64, 1) << @intCast(page.index), .monotonic);
-        _ = heap.notice_groups.fetchOr(@as(u64, 1) << segmentGroup(segment), .monotonic);
+        _ = segment.page_notice.word(page.index).fetchOr(Segment.PageBits.bit(page.index), .monotonic);
+        _ = heap.notice_groups.fetchOr(@as(usize, 1) << segmentGroup(segment), .monotonic);
     }
 
     /// Returns an empty page, already out of every queue, to its segment
@@ -581,7 +597,8 @@ pub const Heap = struct {
     }
 
     /// Takes a run of `slices` free slices of `segment` for a new page, or
-    /// null if it has none.
+    /// null if it has none or when out of memory (Windows: purged memory
+    /// cannot be committed).
     fn takeSpanFrom(heap: *Heap, segment: *Segment, slices: u8) ?*Page {
         const span, const resident = segment.takeSpan(slices) orelse return null;
         if (resident > 0) purge.shrank(heap, resident);
@@ -739,10 +756,11 @@ pub const Heap = struct {
         }
     }
 
-    /// Takes over every page and segment of `other`, a heap whose thread is
-    /// gone and which the caller has claimed (thread.zig): nobody else
-    /// touches `other`'s owner-only state. Pages are collected on the way
-    /// in; empty ones go back to their segments.
+    /// Takes over every page and segment in use of `other`, a heap whose
+    /// thread is gone and which the caller has claimed (thread.zig): nobody
+    /// else touches `other`'s owner-only state. Pages are collected on the
+    /// way in; empty ones go back to their segments. `other` keeps its
+    /// spare segments (or gets one of ours), purged.
     pub fn absorb(heap: *Heap, other: *Heap) void {
         assert(heap != other);
         for (&other.segments) |*list| {
@@ -756,9 +774,9 @@ pub const Heap = struct {
                 segment.freed_period = heap.period_index -% 1;
                 heap.addSegment(segment);
                 // SeqCst: the load half of the pattern in notifyOwner.
-                if (segment.page_notice.load(.seq_cst) != 0) {
+                if (segment.page_notice.anySet()) {
                     // Monotonic: we are the owner; processNotices reads it.
-                    _ = heap.notice_groups.fetchOr(@as(u64, 1) << segmentGroup(segment), .monotonic);
+                    _ = heap.notice_groups.fetchOr(@as(usize, 1) << segmentGroup(segment), .monotonic);
                 }
             }
         }
@@ -775,12 +793,20 @@ pub const Heap = struct {
         heap.huge_cache.takeAll(&other.huge_cache, heap.period_index -% 1);
         // Entries unmapped because our cache was full are free memory no more.
         heap.dirty_bytes -= cached_before + other_cached - heap.huge_cache.bytes;
-        while (other.spares.pop()) |spare| {
-            // Monotonic: an empty segment; nobody frees into it.
-            spare.owner.store(heap, .monotonic);
-            spare.freed_period = heap.period_index -% 1;
-            heap.keepSpare(spare);
+        // The emptied shell keeps its empty segments, or else gets one of
+        // ours, for the thread that takes it next (thread.zig): that thread
+        // then maps no segment, while we would keep them as spares we may
+        // never use. Their free memory goes back now: no thread runs the
+        // shell's purges.
+        if (other.spares.count == 0) {
+            if (heap.spares.pop()) |spare| {
+                // Monotonic: an empty segment; nobody frees into it.
+                spare.owner.store(other, .monotonic);
+                other.spares.push(spare);
+            }
         }
+        var spare_it = other.spares.first;
+        while (spare_it) |spare| : (spare_it = spare.all.next) purge.shrank(heap, spare.purgeDirty());
         other.pages_direct = @splat(&page_empty);
         other.with_free = .{};
         other.with_run = .{};

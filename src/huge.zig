@@ -40,6 +40,12 @@
 //!
 //! The guard is part of `huge_mapping_bytes`. It is in the way of growing
 //! in place, so growing always moves (mremap, no copy).
+//!
+//! Where pages cannot move (os.can_move is false: everywhere but Linux), a
+//! block that cannot grow in place is copied by the caller (`remap` says
+//! no), the cache serves a block only from a mapping that holds it or grows
+//! in place, and the excess of a cached mapping is unmapped (shrunk) rather
+//! than split off.
 const std = @import("std");
 const assert = std.debug.assert;
 const os = @import("os.zig");
@@ -122,6 +128,9 @@ pub const Cache = struct {
         var grown: *Segment = segment;
         if (os.remapInPlace(base, have, mapping)) {
             segment.huge_mapping_bytes = mapping;
+        } else if (!os.can_move) {
+            // Copying old pages would cost what touching fresh ones does.
+            return cache.giveBack(segment);
         } else {
             // Move it to a reservation of the full length: mremap moves the
             // pages without copying and leaves the rest fresh.
@@ -158,7 +167,7 @@ pub const Cache = struct {
         const excess = have - mapping;
         if (excess <= mapping / slack_divisor) return;
         const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
-        if (excess >= split_min_bytes and cache.len < cache_count_max) split: {
+        if (os.can_move and excess >= split_min_bytes and cache.len < cache_count_max) split: {
             const dest = os.map(excess, segment_size_bytes, 0) orelse break :split;
             if (!segment_mod.segment_map.add(@ptrCast(dest))) {
                 os.unmap(dest, excess);
@@ -350,9 +359,9 @@ fn writeHeader(segment: *Segment, mapping_bytes: usize) void {
     // Field by field, not `segment.* = ...`: that would write (and make
     // resident) the whole page array of the header.
     segment.owner = .init(null);
-    segment.page_notice = .init(0);
+    segment.page_notice = .empty;
     segment.kind = .huge;
-    segment.page_shift = 63;
+    segment.page_shift = segment_mod.huge_page_shift;
     segment.page_count = 1;
     segment.free_mask = 0;
     segment.resident_mask = 0;
@@ -415,6 +424,8 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
         grew(segment, old_mapping - guard);
         return @as([*]u8, @ptrCast(segment)) + offset;
     }
+    // Without moving pages, the caller's copy is what a move would be.
+    if (!os.can_move) return null;
     const total = std.math.add(usize, offset, new_len) catch return null;
     const mapping = mappingBytes(total) orelse return null;
     const alignment = segment.huge_alignment;

@@ -13,11 +13,19 @@
 //!   would fetch every block from the cache of the core that freed it, long
 //!   before the block is used again.
 //!
-//! The `thread_free` word packs three things:
+//! The `thread_free` word packs three things. With 64-bit words:
 //!
 //!   bits 48..63  number of blocks on the stack
-//!   bits  3..47  address of the top block (user space fits in 48 bits)
+//!   bits  3..47  address of the top block (os.address_bits: every mapping
+//!                kennel makes ends below 2^48)
 //!   bit   0      `notifying`: a remote free is announcing the page
+//!
+//! With 32-bit words an address leaves no room for the count, so the top
+//! block is named by its index in the page instead:
+//!
+//!   bits 18..31  number of blocks on the stack
+//!   bits  1..17  index of the top block + 1 (0: empty)
+//!   bit   0      `notifying`
 //!
 //! With the count, `used == pending` tells the owner the page is entirely
 //! free without looking at the blocks. A remote free announces the page to
@@ -48,24 +56,37 @@ pub const Block = extern struct {
     }
 };
 
-/// Smallest block: it must hold the free-list link.
-pub const block_size_min_bytes = @sizeOf(Block);
+/// Smallest block: it must hold the free-list link (block sizes are
+/// multiples of size_class.word_bytes, so every block is 8-aligned).
+pub const block_size_min_bytes = @max(@sizeOf(Block), size_class.word_bytes);
 
 /// `extend` links at most this many bytes' worth of blocks at a time (and at
 /// least one block), so a fresh page is touched one kernel page at a time.
 pub const extend_bytes_max = 4 * 1024;
 
+/// Whether `thread_free` holds the top block's address (64-bit words) or
+/// its index in the page (32-bit words); see the top of the file.
+const top_is_address = @bitSizeOf(usize) >= 64;
 const notifying_bit: usize = 1;
-const count_shift = 48;
+const count_shift = if (top_is_address) 48 else 18;
 const count_one: usize = 1 << count_shift;
+/// The top block's field (address, or index + 1).
 const address_mask: usize = count_one - 1 - notifying_bit;
+/// Blocks in the fullest page (64 KiB of 8-byte blocks).
+const blocks_per_page_max = 64 * 1024 / block_size_min_bytes;
 
 comptime {
-    // Blocks are 8-aligned (bit 0 is free) and user addresses on Linux
-    // x86_64 and aarch64 stay below 2^48 unless a mapping asks for more.
-    assert(block_size_min_bytes >= 8);
-    // The count field holds the blocks of the fullest page (64 KiB of 8 B).
-    assert((64 * 1024 / block_size_min_bytes) < (1 << (@bitSizeOf(usize) - count_shift)));
+    // The count field holds the blocks of the fullest page.
+    assert(blocks_per_page_max < (1 << (@bitSizeOf(usize) - count_shift)));
+    if (top_is_address) {
+        // Blocks are 8-aligned (bits 0..2 are free) and every mapping ends
+        // below 2^address_bits (os.map refuses others).
+        assert(block_size_min_bytes >= 8);
+        assert(os.address_bits <= count_shift);
+    } else {
+        // Index + 1 of any block, shifted past the notifying bit.
+        assert((blocks_per_page_max + 1) << 1 <= address_mask + notifying_bit);
+    }
 }
 
 pub const Flags = packed struct(u8) {
@@ -117,7 +138,8 @@ pub const Page = extern struct {
     prev: ?*Page = null,
 
     comptime {
-        assert(@sizeOf(Page) == 64);
+        // One cache line with 64-bit pointers; less with 32-bit ones.
+        assert(@sizeOf(Page) == if (@bitSizeOf(usize) >= 64) 64 else 44);
     }
 
     /// Sets up a page of `slices` slices for blocks of `class` in
@@ -283,17 +305,17 @@ pub const Page = extern struct {
         while (true) {
             const count = (old >> count_shift) + 1;
             assert(count <= page.reserved);
-            const top = old & address_mask;
+            const top = decodeTop(page, old);
             // Only one announcement at a time; one in flight covers ours
             // (the owner re-checks a page it finds notifying).
             announce = old & notifying_bit == 0 and
-                ((top == 0 and page.loadFlags().in_full) or
+                ((top == null and page.loadFlags().in_full) or
                     // Monotonic: the owner's own collect or allocation may
                     // race; both only happen on a page it is using, and
                     // its current page needs no announcement at all.
                     (count == @atomicLoad(u32, &page.used, .monotonic) and !page.isCurrent()));
-            block.setNext(@ptrFromInt(top));
-            const new = (count << count_shift) | @intFromPtr(block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
+            block.setNext(top);
+            const new = (count << count_shift) | encodeTop(page, block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
             // SeqCst on success: publishes the block and its contents to the
             // owner's acquire, and orders against the owner's SeqCst store
             // of `in_full` followed by its load of this word (parkFull).
@@ -304,6 +326,25 @@ pub const Page = extern struct {
         // Release: the announcement's writes happen before the owner, which
         // acquires this word, may free the page. Keeps the stack intact.
         _ = page.thread_free.fetchAnd(~notifying_bit, .release);
+    }
+
+    /// The top block's field of `thread_free` for `block`.
+    inline fn encodeTop(page: *const Page, block: *Block) usize {
+        if (top_is_address) {
+            assert(@intFromPtr(block) & ~address_mask == 0);
+            return @intFromPtr(block);
+        }
+        const index = (@intFromPtr(block) - @intFromPtr(page.area)) / page.block_size;
+        assert(index < page.reserved);
+        return (index + 1) << 1;
+    }
+
+    /// The top block named by a `thread_free` word, or null if none.
+    inline fn decodeTop(page: *const Page, word: usize) ?*Block {
+        const top = word & address_mask;
+        if (top_is_address) return @ptrFromInt(top);
+        if (top == 0) return null;
+        return @ptrCast(@alignCast(page.area + ((top >> 1) - 1) * page.block_size));
     }
 
     /// Blocks waiting on `thread_free` (a snapshot; only grows unless the
@@ -333,7 +374,7 @@ pub const Page = extern struct {
         const taken = page.thread_free.fetchAnd(notifying_bit, .acquire);
         const count: u32 = @intCast(taken >> count_shift);
         assert(count > 0 and count <= page.used);
-        page.free = @ptrFromInt(taken & address_mask);
+        page.free = decodeTop(page, taken);
         page.setUsed(page.used - count);
     }
 

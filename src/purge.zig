@@ -76,7 +76,8 @@ var dirty_total: std.atomic.Value(usize) = .init(0);
 
 /// Bytes of fresh memory heaps touched while other heaps held free memory,
 /// since the process started (see `makeRoom`).
-var pressure_bytes: std.atomic.Value(u64) = .init(0);
+/// Wraps (on 32-bit targets after 4 GiB): heaps look at differences only.
+var pressure_bytes: std.atomic.Value(usize) = .init(0);
 
 /// Free memory of all heaps together (a snapshot).
 pub fn totalBytes() usize {
@@ -144,7 +145,7 @@ pub fn decayIfDue(heap: *Heap) void {
     if (heap.decay_due_ns == 0) return;
     const now = os.nowNanoseconds();
     if (now < heap.decay_due_ns) return;
-    const periods: u6 = @intCast(@min(decay_periods_max, 1 + (now - heap.decay_due_ns) / decay_period_ns));
+    const periods: std.math.Log2Int(usize) = @intCast(@min(decay_periods_max, 1 + (now - heap.decay_due_ns) / decay_period_ns));
     const low = heap.dirty_low_bytes;
     assert(low <= heap.dirty_bytes);
     // Pages kept as their size's only page and still empty were idle too.

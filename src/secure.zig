@@ -3,7 +3,7 @@
 //! what the fast configuration always did.
 //!
 //! - Encoded free-list links: a free block's link is stored as
-//!   `rotl(next ^ at ^ key, key >> 58) + key`, where `at` is the address of
+//!   `rotl(next ^ at ^ key, key >> 58) + key` (>> 27 with 32-bit words), where `at` is the address of
 //!   the block holding it and `key` a process secret. A link overwritten
 //!   after free (a use after free, or an overflow from the block below)
 //!   decodes to an address outside the page, or off a block boundary, and
@@ -23,7 +23,6 @@
 //! Guard pages are set where memory is mapped (segment.zig, huge.zig).
 const std = @import("std");
 const assert = std.debug.assert;
-const linux = std.os.linux;
 const config = @import("config.zig");
 const os = @import("os.zig");
 
@@ -62,14 +61,12 @@ inline fn secret() usize {
     return k;
 }
 
-/// 64 random bits from the kernel, or from the clock and addresses if the
-/// kernel has none to give yet (early boot).
+/// A word of random bits from the system, or from the clock and addresses
+/// if it has none to give (Linux early at boot, wasm32-freestanding).
 pub fn randomWord() usize {
-    var word: usize = 0;
-    const rc = linux.getrandom(@ptrCast(&word), @sizeOf(usize), 1); // GRND_NONBLOCK
-    if (linux.errno(rc) == .SUCCESS and rc == @sizeOf(usize)) return word;
+    if (os.randomWord()) |word| return word;
     var local: u8 = 0;
-    return mix(os.nowNanoseconds() ^ @intFromPtr(&local) ^ @as(usize, @intCast(os.currentTid())));
+    return @truncate(mix(os.nowNanoseconds() ^ @intFromPtr(&local) ^ @as(u32, @bitCast(os.currentTid()))));
 }
 
 /// SplitMix64's finalizer: a bijection that spreads every input bit.
@@ -82,18 +79,21 @@ fn mix(x: u64) u64 {
 
 // ---- Links --------------------------------------------------------------
 
+/// The key's top bits (6 with 64-bit words, 5 with 32-bit) are the rotation.
+const rotation_shift = if (@bitSizeOf(usize) == 64) 58 else 27;
+
 /// The word stored in the block at `at` to link to `next`.
 pub inline fn encodeLink(at: usize, next: usize) usize {
     if (!config.hardening.encode_lists) return next;
     const k = secret();
-    return std.math.rotl(usize, next ^ at ^ k, k >> 58) +% k;
+    return std.math.rotl(usize, next ^ at ^ k, k >> rotation_shift) +% k;
 }
 
 /// Inverse of encodeLink; the caller checks that the result is plausible.
 pub inline fn decodeLink(at: usize, stored: usize) usize {
     if (!config.hardening.encode_lists) return stored;
     const k = secret();
-    return std.math.rotr(usize, stored -% k, k >> 58) ^ at ^ k;
+    return std.math.rotr(usize, stored -% k, k >> rotation_shift) ^ at ^ k;
 }
 
 // ---- Random order -------------------------------------------------------
@@ -154,13 +154,13 @@ pub fn fillFreed(block: [*]u8, block_bytes: usize) void {
 test "links decode to what was encoded" {
     if (!config.secure) return;
     init();
-    const at: usize = 0x7f00_1234_5670;
-    for ([_]usize{ 0, 0x7f00_1234_5680, 0x7f00_1234_0000 }) |n| {
+    const at: usize = 0x1234_5670;
+    for ([_]usize{ 0, 0x1234_5680, 0x1234_0000 }) |n| {
         try std.testing.expectEqual(n, decodeLink(at, encodeLink(at, n)));
     }
     if (config.hardening.encode_lists) {
         // The same link stored at another block decodes elsewhere.
-        try std.testing.expect(decodeLink(at + 16, encodeLink(at, 0x7f00_1234_5680)) != 0x7f00_1234_5680);
+        try std.testing.expect(decodeLink(at + 16, encodeLink(at, 0x1234_5680)) != 0x1234_5680);
     }
 }
 

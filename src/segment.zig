@@ -76,9 +76,10 @@ pub const block_align_max_bytes = 4096;
 
 /// Hardened: the segment's last kernel page is inaccessible, so a run of
 /// writes off the end of its last block faults before it reaches the next
-/// mapping. Zero otherwise.
+/// mapping. Zero otherwise, and where the system cannot protect memory
+/// (wasm).
 pub fn guardBytes() usize {
-    return if (config.hardening.guard_pages) os.pageSize() else 0;
+    return if (config.hardening.guard_pages and os.can_protect) os.pageSize() else 0;
 }
 
 /// The kind of page a size class lives in.
@@ -107,6 +108,9 @@ pub fn pageSlices(class: size_class.Class) u8 {
 /// What a segment holds: pages of blocks, or one huge block (huge.zig).
 pub const SegmentKind = enum(u8) { pages, huge };
 
+/// The page shift of a huge mapping: every offset inside it maps to page 0.
+pub const huge_page_shift = @bitSizeOf(usize) - 1;
+
 /// Intrusive links for the heap's segment lists.
 pub const Link = extern struct {
     next: ?*Segment = null,
@@ -126,9 +130,10 @@ pub const Segment = extern struct {
     owner: std.atomic.Value(?*Heap),
     /// Pages that a remote free announced: bit i is the page whose first
     /// slice is i.
-    page_notice: std.atomic.Value(u64),
+    page_notice: PageBits,
     kind: SegmentKind,
-    /// log2 of the slice size (63 for huge: every offset maps to slice 0).
+    /// log2 of the slice size (`huge_page_shift` for huge: every offset
+    /// maps to slice 0).
     page_shift: u8,
     /// Entries of `pages` in use: slice_count, or 1 for huge.
     page_count: u8,
@@ -169,6 +174,60 @@ pub const Segment = extern struct {
     /// slices of a page, an entry whose `slice_back` leads to it.
     pages: [page_count_max]Page,
 
+    /// One bit per page that any thread may set: one word on 64-bit
+    /// targets, two on 32-bit ones (which have no 64-bit atomics).
+    pub const PageBits = extern struct {
+        words: [word_count]std.atomic.Value(usize),
+
+        pub const word_bits = @bitSizeOf(usize);
+        const word_count = page_count_max / word_bits;
+        pub const empty: PageBits = .{ .words = @splat(.init(0)) };
+
+        comptime {
+            assert(page_count_max % word_bits == 0);
+        }
+
+        /// The word that holds page `index`'s bit.
+        pub inline fn word(bits: *PageBits, index: usize) *std.atomic.Value(usize) {
+            return &bits.words[index / word_bits];
+        }
+
+        /// Page `index`'s bit in its word.
+        pub inline fn bit(index: usize) usize {
+            return @as(usize, 1) << @intCast(index % word_bits);
+        }
+
+        /// Whether any bit is set. SeqCst: see Heap.absorb.
+        pub fn anySet(bits: *PageBits) bool {
+            for (&bits.words) |*w| {
+                if (w.load(.seq_cst) != 0) return true;
+            }
+            return false;
+        }
+
+        /// Clears every bit. Monotonic: for the owner of a segment nobody
+        /// else refers to (no notifier runs).
+        pub fn clear(bits: *PageBits) void {
+            for (&bits.words) |*w| w.store(0, .monotonic);
+        }
+    };
+
+    /// `free_mask` or `resident_mask` as another thread reads it: a
+    /// snapshot (statistics, checks of a page's own bit). On 32-bit targets
+    /// in two halves, each read atomically; a page's own bit is exact.
+    pub fn loadMaskRelaxed(mask: *const u64) u64 {
+        // Monotonic: the owner writes the masks with plain stores; readers
+        // need some recent value.
+        if (@bitSizeOf(usize) >= 64) return @atomicLoad(u64, mask, .monotonic);
+        const halves: *const [2]u32 = @ptrCast(mask);
+        const first: u64 = @atomicLoad(u32, &halves[0], .monotonic);
+        const second: u64 = @atomicLoad(u32, &halves[1], .monotonic);
+        return switch (builtin.cpu.arch.endian()) {
+            .little => first | second << 32,
+            .big => first << 32 | second,
+        };
+    }
+
     /// Bytes of the header struct, rounded to where blocks may start. A huge
     /// mapping's block starts after this.
     pub const metadata_bytes = std.mem.alignForward(usize, @sizeOf(Segment), block_align_max_bytes);
@@ -183,13 +242,14 @@ pub const Segment = extern struct {
     /// blocks); a page uses the bits of its first slice.
     pub const live_bits_per_page = small_page_bytes / 16;
     pub const live_map_bytes = if (config.hardening.check_frees) page_count_max * live_bits_per_page / 8 else 0;
-    pub const LiveWords = [live_bits_per_page / 64]std.atomic.Value(u64);
+    pub const LiveWords = [live_bits_per_page / @bitSizeOf(usize)]std.atomic.Value(usize);
 
     /// Bytes from the segment start to the first block of slice 0.
     pub const header_bytes = metadata_bytes + live_map_bytes;
 
     comptime {
-        assert(metadata_bytes == 8192);
+        // 8 KiB with 64-bit pointers (pages of 64 bytes), 4 KiB with 32-bit.
+        assert(metadata_bytes == if (@bitSizeOf(usize) >= 64) 8192 else 4096);
         assert(header_bytes % block_align_max_bytes == 0);
         assert(@offsetOf(Segment, "pages") <= 128);
         assert(small_page_bytes > header_bytes);
@@ -241,7 +301,7 @@ pub const Segment = extern struct {
             return null;
         }
         segment.owner = .init(owner);
-        segment.page_notice = .init(0);
+        segment.page_notice = .empty;
         segment.kind = .pages;
         segment.page_shift = slice_shift;
         segment.page_count = slice_count;
@@ -347,6 +407,14 @@ pub const Segment = extern struct {
         const first: u6 = @intCast(@ctz(pick));
         const bits = spanMask(first, slices);
         assert(segment.free_mask & bits == bits);
+        // Where purged memory faults until committed (Windows): commit the
+        // run unless all of it is resident. Memory never touched since the
+        // segment was mapped is committed already, and committing it again
+        // costs one system call.
+        if (os.purge_needs_commit and bits & ~segment.resident_mask != 0) {
+            const area = segment.pageArea(first, slices);
+            if (!os.commit(area.ptr, area.len)) return null;
+        }
         segment.free_mask &= ~bits;
         return .{ .{ .first = first, .slices = slices }, residentBytes(bits & segment.resident_mask) };
     }
@@ -443,19 +511,32 @@ pub const Segment = extern struct {
 /// the bit clear and skips the segment, or the remover sees the reader and
 /// waits. Reads are rare (a stats call), so removers almost never wait.
 pub const segment_map = struct {
-    const address_bits = 48;
-    const segment_shift = std.math.log2_int(usize, segment_size_bytes);
-    const leaf_shift = 16;
-    const leaf_words = (1 << leaf_shift) / 64;
+    /// Every mapping ends below 2^address_bits (os.map refuses others).
+    const address_bits = os.address_bits;
+    const segment_shift: comptime_int = std.math.log2_int(usize, segment_size_bytes);
+    /// 64-bit: leaves of 65,536 segments; 32-bit: one leaf of all 1024.
+    const leaf_shift = @min(16, address_bits - segment_shift);
+    const word_bits = @bitSizeOf(usize);
+    const leaf_words = (1 << leaf_shift) / word_bits;
     const root_count = 1 << (address_bits - segment_shift - leaf_shift);
-    const Leaf = [leaf_words]std.atomic.Value(u64);
+    const Leaf = [leaf_words]std.atomic.Value(usize);
 
     var root: [root_count]std.atomic.Value(?*Leaf) = @splat(.init(null));
 
-    /// Reads in progress (low 32 bits) by threads of process `pid` (high 32
-    /// bits). A forked child sees another pid and ignores readers that were
-    /// in its parent: they do not exist in the child.
-    var readers: std.atomic.Value(u64) = .init(0);
+    /// Reads in progress (low `reader_count_bits`) by threads of process
+    /// `pid` (the bits above: the pid's low bits, which tell a forked child
+    /// from its parent). A forked child sees another pid and ignores
+    /// readers that were in its parent: they do not exist in the child.
+    var readers: std.atomic.Value(usize) = .init(0);
+    /// 32 on 64-bit targets; on 32-bit ones 10 (1023 readers at once; more
+    /// wait) under a 22-bit pid (Linux pids stay below 2^22).
+    const reader_count_bits = if (word_bits >= 64) 32 else 10;
+    const reader_count_mask: usize = (1 << reader_count_bits) - 1;
+
+    fn readerPid() usize {
+        const pid: usize = @as(@Int(.unsigned, @bitSizeOf(os.Pid)), @bitCast(os.currentPid()));
+        return @as(@Int(.unsigned, word_bits - reader_count_bits), @truncate(pid));
+    }
 
     fn leafOf(index: usize, create_leaf: bool) ?*Leaf {
         const r = index >> leaf_shift;
@@ -479,7 +560,7 @@ pub const segment_map = struct {
         const leaf = leafOf(index, true) orelse return false;
         // Release: the mapping exists before a thread that checks the map
         // may read it.
-        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchOr(@as(u64, 1) << @intCast(index % 64), .release);
+        _ = leaf[(index & ((1 << leaf_shift) - 1)) / word_bits].fetchOr(@as(usize, 1) << @intCast(index % word_bits), .release);
         return true;
     }
 
@@ -491,7 +572,7 @@ pub const segment_map = struct {
         // block in the segment is live, and callers remove before the range
         // goes back to the kernel, so a segment mapped there later (ordered
         // after us by the kernel's mmap lock) sets its bit after we clear ours.
-        _ = leaf[(index & ((1 << leaf_shift) - 1)) / 64].fetchAnd(~(@as(u64, 1) << @intCast(index % 64)), .seq_cst);
+        _ = leaf[(index & ((1 << leaf_shift) - 1)) / word_bits].fetchAnd(~(@as(usize, 1) << @intCast(index % word_bits)), .seq_cst);
         waitForReaders();
     }
 
@@ -502,17 +583,25 @@ pub const segment_map = struct {
         const leaf = leafOf(index, false) orelse return false;
         // SeqCst: pairs with the release in `add`, and is the reader's half
         // of the wait in `remove`.
-        return leaf[(index & ((1 << leaf_shift) - 1)) / 64].load(.seq_cst) & (@as(u64, 1) << @intCast(index % 64)) != 0;
+        return leaf[(index & ((1 << leaf_shift) - 1)) / word_bits].load(.seq_cst) & (@as(usize, 1) << @intCast(index % word_bits)) != 0;
     }
 
     /// Starts reading the headers of listed segments: until `endRead`, a
     /// segment that `contains` lists stays mapped.
     pub fn beginRead() void {
-        const pid: u64 = @as(u32, @bitCast(os.currentPid()));
+        const pid = readerPid();
         // Monotonic: seeds the CAS loop.
         var old = readers.load(.monotonic);
+        // Bounded by other readers' updates; a full count waits for their
+        // walks (microseconds each).
         while (true) {
-            const new = if (old >> 32 == pid) old + 1 else pid << 32 | 1;
+            if (old >> reader_count_bits == pid and old & reader_count_mask == reader_count_mask) {
+                os.yieldThread();
+                // Monotonic: as above.
+                old = readers.load(.monotonic);
+                continue;
+            }
+            const new = if (old >> reader_count_bits == pid) old + 1 else pid << reader_count_bits | 1;
             // SeqCst: the reader's half of the wait in `remove`.
             old = readers.cmpxchgWeak(old, new, .seq_cst, .monotonic) orelse return;
         }
@@ -526,10 +615,10 @@ pub const segment_map = struct {
     fn waitForReaders() void {
         // SeqCst: the remover's half of the wait; acquire for endRead.
         var r = readers.load(.seq_cst);
-        if (r & 0xffff_ffff == 0) return;
-        const pid: u64 = @as(u32, @bitCast(os.currentPid()));
+        if (r & reader_count_mask == 0) return;
+        const pid = readerPid();
         // Bounded by the readers' walks, which take microseconds.
-        while (r & 0xffff_ffff != 0 and r >> 32 == pid) : (r = readers.load(.seq_cst)) os.yieldThread();
+        while (r & reader_count_mask != 0 and r >> reader_count_bits == pid) : (r = readers.load(.seq_cst)) os.yieldThread();
     }
 
     /// Calls `visit(context, address)` for every listed segment, in address
@@ -542,7 +631,7 @@ pub const segment_map = struct {
                 // SeqCst: as in `contains`.
                 var bits = word.load(.seq_cst);
                 while (bits != 0) : (bits &= bits - 1) {
-                    const index = (r << leaf_shift) | (w * 64 + @ctz(bits));
+                    const index = (r << leaf_shift) | (w * word_bits + @ctz(bits));
                     visit(context, index << segment_shift);
                 }
             }

@@ -83,7 +83,8 @@ const reciprocal_table: [class_count]u64 = table: {
 /// `offset / blockSize(class)` for offset < offset_limit_bytes.
 pub inline fn blockIndex(class: Class, offset: usize) usize {
     assert(offset < offset_limit_bytes);
-    return (offset * reciprocal_table[class]) >> reciprocal_shift;
+    // In 64 bits on 32-bit targets too: the product exceeds 2^32.
+    return @intCast((@as(u64, offset) * reciprocal_table[class]) >> reciprocal_shift);
 }
 
 test "every size maps to the smallest class that holds it" {

@@ -69,29 +69,44 @@ pub const Stats = struct {
     }
 };
 
-/// Abandoned heaps remembered for the segment walk, at most: beyond this,
-/// pages of further abandoned heaps are not counted as abandoned.
-const abandoned_remembered_max = 256;
+/// Registry indices whose abandoned state the walk keeps on the stack;
+/// beyond, in a mapping made for the walk.
+const abandoned_local_heaps = 4096;
 
 /// The walk's state: the figures, and the heaps found abandoned beforehand
 /// (finding one can take a system call, which must not happen while the
 /// walk holds removers of segments waiting).
 const Walk = struct {
     stats: Stats,
-    abandoned: [abandoned_remembered_max]*Heap = undefined,
-    abandoned_len: usize = 0,
+    /// Bit i: the heap of registry index i (Heap.entry) is abandoned.
+    abandoned: []u64,
 
     fn isAbandoned(walk: *const Walk, heap: *Heap) bool {
-        return std.mem.indexOfScalar(*Heap, walk.abandoned[0..walk.abandoned_len], heap) != null;
+        const index = heap.entry.index;
+        if (index / 64 >= walk.abandoned.len) return false;
+        return walk.abandoned[index / 64] >> @intCast(index % 64) & 1 != 0;
     }
 };
 
 pub fn collect() Stats {
-    var walk: Walk = .{ .stats = .{
-        .mapped_bytes = os.mappedBytes(),
-        .mapped_bytes_peak = os.mappedBytesPeak(),
-        .heap_count = thread.heapCount(),
-    } };
+    // Read before the walk maps anything.
+    const mapped_bytes = os.mappedBytes();
+    const mapped_bytes_peak = os.mappedBytesPeak();
+    var local: [abandoned_local_heaps / 64]u64 = @splat(0);
+    // Heaps born after this have no bit: not counted as abandoned.
+    const words = std.math.divCeil(usize, thread.indexCount(), 64) catch unreachable;
+    // Beyond the local bits, a mapping (fresh: zeroed); if none can be had,
+    // only the pages of the first indices' abandoned heaps are counted.
+    const mapped: ?[*]align(os.page_size_min_bytes) u8 = if (words > local.len) os.map(words * @sizeOf(u64), os.page_size_min_bytes, 0) else null;
+    defer if (mapped) |memory| os.unmap(memory, words * @sizeOf(u64));
+    var walk: Walk = .{
+        .stats = .{
+            .mapped_bytes = mapped_bytes,
+            .mapped_bytes_peak = mapped_bytes_peak,
+            .heap_count = thread.heapCount(),
+        },
+        .abandoned = if (mapped) |memory| @as([*]u64, @ptrCast(memory))[0..words] else &local,
+    };
     for (&walk.stats.classes, 0..) |*c, class| c.block_size = size_class.blockSize(@intCast(class));
     thread.forEachHeap(&walk, addHeap);
     segment_mod.segment_map.beginRead();
@@ -104,10 +119,8 @@ fn addHeap(walk: *Walk, heap: *Heap) void {
     const s = &walk.stats;
     if (thread.isAbandoned(heap)) {
         s.abandoned_heaps += 1;
-        if (walk.abandoned_len < abandoned_remembered_max) {
-            walk.abandoned[walk.abandoned_len] = heap;
-            walk.abandoned_len += 1;
-        }
+        const index = heap.entry.index;
+        if (index / 64 < walk.abandoned.len) walk.abandoned[index / 64] |= @as(u64, 1) << @intCast(index % 64);
     }
     if (config.count_requested) {
         // Monotonic: the owner stores it with plain (atomic) stores.
@@ -141,8 +154,8 @@ fn addSegment(walk: *Walk, address: usize) void {
     s.committed_bytes += std.mem.alignForward(usize, @sizeOf(Segment), page);
     const abandoned = if (segment.ownerRelaxed()) |owner| walk.isAbandoned(owner) else false;
     // Monotonic: owner-written masks; a snapshot.
-    const free_slices = @atomicLoad(u64, &segment.free_mask, .monotonic);
-    const resident = @atomicLoad(u64, &segment.resident_mask, .monotonic);
+    const free_slices = Segment.loadMaskRelaxed(&segment.free_mask);
+    const resident = Segment.loadMaskRelaxed(&segment.resident_mask);
     // Free slices: the memory under them that may still be resident.
     s.committed_bytes += Segment.residentBytesOf(free_slices & resident);
     for (&segment.pages, 0..) |*p, i| {

@@ -5,10 +5,11 @@
 //! its first allocation that is `Heap.empty`, whose fast paths always fall
 //! through to the slow path, which calls `initCurrent`.
 //!
-//! Heaps are never unmapped: they live in a registry of at most
-//! `heap_count_max` entries and are handed from dead threads to new ones.
-//! Each heap has an owner word (state, sequence number, thread id):
+//! Heaps are never unmapped: they live in the registry (below) and are
+//! handed from dead threads to new ones. Each heap has an owner word (state,
+//! sequence number, thread id):
 //!
+//!   unborn       registry memory that is not a heap yet (fresh zeroes)
 //!   active(tid)  a live thread owns the heap and alone touches its state
 //!   orphaned     its thread ended and gave it up (pthread key destructor);
 //!                the heap holds live blocks that other threads may free
@@ -18,17 +19,76 @@
 //! Every change of owner is a compare-and-swap on the whole word; the
 //! sequence number makes a stale read fail the swap (no ABA).
 //!
+//! On 64-bit targets the owner word is 64 bits and holds the thread id.
+//! 32-bit targets have no 64-bit atomics: there the word holds state and
+//! sequence number, and the id sits beside it (`Heap.owner_tid`), written
+//! while the heap is claimed and published by the release store that makes
+//! it active (see `take`). A reader that pairs a stale id with its owner
+//! word then fails its compare-and-swap: the word moved on.
+//!
+//! ## The registry
+//!
+//! Heaps are stored in place, one per index, in chunks: chunk k holds
+//! `chunk_first_heaps << k` heaps, is mapped when a thread first needs one of
+//! its indices, and is never unmapped. So the registry grows with the number
+//! of threads alive at once, up to `heap_count_max` (more than memory can
+//! hold), and costs one mapping per doubling. A thread that needs a new heap
+//! takes the next index (a compare-and-swap on `registry_len`), maps the
+//! chunk if no thread has yet (two may race: the loser unmaps its own),
+//! initializes the heap and then makes it born with a release store of its
+//! first owner word. A reader loads the chunk's address and the owner word
+//! with acquire and skips unborn heaps; it takes no lock, and whatever it
+//! reaches stays mapped. The owner's fast paths reach their heap through
+//! the thread-local pointer alone: the registry costs them nothing.
+//!
+//! Nothing that runs per thread walks the registry. A new thread finds a
+//! heap in constant time (`claim`), heaps that hold memory first:
+//! 1. the heap its thread id last owned, if that is still tagged with it
+//!    (rule 2 below), from `tid_hints`;
+//! 2. an orphaned heap from the vacant stack (a free shell popped there is
+//!    held back for step 4);
+//! 3. a heap whose thread is gone, among the next `probe_batch_count`
+//!    heaps of a shared cursor (rule 1 below);
+//! 4. the free shell;
+//! and creates one only when all of these fail. The cursor moves one heap
+//! per probe, so the threads together sweep the registry and a heap whose
+//! thread is gone is met within one sweep. Before a heap maps a fresh
+//! segment it looks for an orphaned heap to absorb among the next
+//! `absorb_scan_count` heaps of a second cursor (only while `orphaned_count`
+//! says one exists) and probes the next `probe_batch_count`. Only
+//! statistics visit every heap.
+//!
+//! ## The vacant stack
+//!
+//! A lock-free stack of the heaps that are orphaned or free, linked through
+//! their registry indices (`Entry`). Its head packs the top index with a tag
+//! that every push and pop changes, so a pop that read a stale link fails
+//! its compare-and-swap (no ABA); heaps are never unmapped, so reading a
+//! stale link is safe. A heap is on the stack at most once: `listed` is set
+//! by whoever pushes it and cleared by whoever pops it. A heap whose state
+//! changes while it is listed stays on the stack; a pop that finds it
+//! active or claimed drops it. No vacant heap is missed: whoever makes a
+//! heap orphaned or free stores the owner word, then sets `listed` and
+//! pushes the heap if `listed` was clear; a pop clears `listed`, then loads
+//! the owner word. All four are SeqCst, so in their single total order
+//! either the setter finds `listed` clear (and pushes) or the popper loads
+//! the new state (and takes the heap).
+//!
 //! ## When is a heap's thread gone?
 //!
-//! With libc, a pthread key destructor runs in the ending thread: it returns
-//! unused memory and marks the heap orphaned. Without libc (or when a thread
-//! allocates again after its destructor ran), nothing tells us, so threads
-//! that need a heap or fresh memory look for dead owners:
+//! Where the system says so (os.thread_exit_callback: a pthread key
+//! destructor with libc, an FLS callback on Windows), a callback runs in
+//! the ending thread: it returns unused memory and marks the heap orphaned.
+//! Without one (Linux without libc), or when a thread allocates again after
+//! its callback ran, nothing tells us, so threads that need a heap or fresh
+//! memory look for dead owners, where the system can tell
+//! (os.can_probe_threads):
 //!
 //! 1. A heap tagged active(T) in our process whose thread T is gone is safe
-//!    to take over: nobody runs on it any more. A thread is gone when
-//!    `tgkill(pid, T, 0)` fails with ESRCH. The kernel reaps a thread's id
-//!    only after the thread has stopped running, so the heap is quiescent.
+//!    to take over: nobody runs on it any more. A thread is gone when the
+//!    probe says so (Linux: `tgkill(pid, T, 0)` fails with ESRCH; the
+//!    kernel reaps a thread's id only after the thread has stopped
+//!    running, so the heap is quiescent).
 //! 2. Thread ids of live threads are unique. So when a thread with id T
 //!    registers and finds a heap tagged active(T) in its process, that
 //!    heap's thread is gone (the id was reused); take it without probing.
@@ -50,7 +110,10 @@
 //! corruption. The forking thread keeps using its own heap; with libc an
 //! atfork handler re-tags it with the child's pid and tid so that it can be
 //! reclaimed like any other when that thread ends. No global lock exists
-//! that a parent thread could have held at fork time.
+//! that a parent thread could have held at fork time. A push or pop of the
+//! vacant stack cut short by the fork can leave a heap listed but off the
+//! stack in the child: step 3 of `claim` takes orphaned and free heaps it
+//! meets too, so such a heap is found in time.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
@@ -61,8 +124,9 @@ const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
 /// The calling thread's heap. Reached through `current`/`setCurrent` only.
-/// In the shared library it is exported so that inline assembly can address
-/// it with the initial-exec TLS model (see tlsSlot).
+/// In the shared library on Linux x86_64 and aarch64 it is exported so that
+/// inline assembly can address it with the initial-exec TLS model (see
+/// tlsSlot); everywhere else it is a plain thread-local.
 const tls_heap = if (config.shared_object) struct {
     export threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
 } else struct {
@@ -115,48 +179,148 @@ inline fn tlsSlot() **Heap {
     return @ptrFromInt(thread_pointer +% offset);
 }
 
-/// Most heaps that can exist at once: one per thread alive at the same time
-/// (dead threads' heaps are reused). Allocation fails beyond.
-pub const heap_count_max = 1 << 14;
+/// Heaps in the registry's first chunk; chunk k holds this many << k.
+const chunk_first_heaps = 16;
+/// Chunks the registry can have. On 32-bit targets the vacant stack's head
+/// packs an index and a tag in 32 bits, so indices stay below 2^16; a 32-bit
+/// address space holds fewer threads than that anyway (each needs a stack).
+const chunk_count = if (tid_in_word) 28 else 12;
 
-/// Active heaps probed for a dead owner each time a heap is about to map a
-/// fresh segment.
+/// Most heaps that can exist at once: one per thread alive at the same time
+/// (dead threads' heaps are reused). More than memory holds (each heap is a
+/// few KiB), so a thread that needs a heap gets one while memory lasts; the
+/// vacant stack needs every index + 1 to fit in 32 bits.
+pub const heap_count_max = chunk_first_heaps * ((1 << chunk_count) - 1);
+
+comptime {
+    assert(std.math.isPowerOfTwo(chunk_first_heaps));
+    assert(heap_count_max < std.math.maxInt(VacantIndex));
+    assert(@bitSizeOf(OwnerWord) <= @bitSizeOf(usize));
+    assert(@sizeOf(Heap) % @alignOf(Heap) == 0);
+}
+
+/// Heaps probed for a dead owner each time a thread needs a heap, and each
+/// time a heap is about to map a fresh segment.
 const probe_batch_count = 8;
 
-const State = enum(u2) { free, active, orphaned, claimed };
+/// Heaps looked at for an orphan to absorb each time a heap is about to map
+/// a fresh segment (no system call: a look at each owner word).
+const absorb_scan_count = 64;
 
-const Owner = packed struct(u64) {
+/// Entries of `tid_hints` (128 KiB, touched as ids are used): one per
+/// thread id where ids stay below this (Linux's default pid_max); beyond,
+/// ids share entries, and a hint overwritten by another id is a miss.
+const tid_hint_count = 1 << 15;
+
+const State = enum(u3) { unborn = 0, free, active, orphaned, claimed };
+
+/// Whether the owner's thread id fits in the owner word (see the top).
+pub const tid_in_word = @bitSizeOf(usize) >= 64;
+pub const OwnerWord = if (tid_in_word) u64 else u32;
+
+const Owner = packed struct(OwnerWord) {
     state: State,
-    seq: u30,
-    tid: i32,
+    seq: u29,
+    /// The owning thread (active only); on 32-bit in `Heap.owner_tid`.
+    tid: if (tid_in_word) os.Tid else u0,
 
-    fn next(owner: Owner, state: State, tid: i32) Owner {
-        return .{ .state = state, .seq = owner.seq +% 1, .tid = tid };
+    fn next(owner: Owner, state: State, tid: os.Tid) Owner {
+        return .{ .state = state, .seq = owner.seq +% 1, .tid = if (tid_in_word) tid else 0 };
     }
 };
 
-var registry: [heap_count_max]std.atomic.Value(?*Heap) = @splat(.init(null));
+/// The thread an `owner` word read from `heap` names (active only).
+fn ownerTid(heap: *Heap, owner: Owner) os.Tid {
+    if (tid_in_word) return owner.tid;
+    // Monotonic: the acquire load of `owner` ordered this after the store
+    // that preceded its publication; a later id comes with a later word,
+    // and the caller's compare-and-swap with `owner` then fails.
+    return heap.owner_tid.load(.monotonic);
+}
+
+/// A heap's place in the registry: a field of every heap (`Heap.entry`).
+pub const Entry = struct {
+    /// The heap's registry index, set before it is born.
+    index: u32 = 0,
+    /// On the vacant stack: index + 1 of the heap below (0: none).
+    vacant_next: std.atomic.Value(u32) = .init(0),
+    /// On the vacant stack, or about to be pushed (see the top comment).
+    listed: std.atomic.Value(bool) = .init(false),
+};
+
+/// Half of the vacant stack's head: a whole word has no 64-bit atomics on
+/// 32-bit targets.
+const VacantIndex = if (tid_in_word) u32 else u16;
+
+/// The vacant stack's head.
+const Vacant = packed struct(OwnerWord) {
+    /// Index + 1 of the top heap; 0 when the stack is empty.
+    top: VacantIndex,
+    /// Changed by every push and pop.
+    tag: VacantIndex,
+};
+
+var chunks: [chunk_count]std.atomic.Value(?[*]Heap) = @splat(.init(null));
+/// Indices handed out so far (some may not be born yet, or never will be:
+/// a thread whose chunk could not be mapped leaves its index unborn).
 var registry_len: std.atomic.Value(u32) = .init(0);
+/// Heaps born so far.
+var born_count: std.atomic.Value(u32) = .init(0);
+var vacant_head: std.atomic.Value(OwnerWord) = .init(0);
+/// Heaps in state orphaned (a hint for absorbAnyOrphan).
+var orphaned_count: std.atomic.Value(u32) = .init(0);
+/// Where the next liveness probe looks, and the next look for an orphan.
 var probe_cursor: std.atomic.Value(u32) = .init(0);
+var orphan_cursor: std.atomic.Value(u32) = .init(0);
+/// Index + 1 of the heap a thread with id `tid % tid_hint_count` last took.
+var tid_hints: [tid_hint_count]std.atomic.Value(u32) = @splat(.init(0));
 
 /// The heap of a single-threaded build.
 var single_heap: Heap = Heap.init_value;
 
-/// Number of heaps ever created (the registry's length).
+/// Number of heaps ever created: about the most threads alive at once.
 pub fn heapCount() usize {
     if (builtin.single_threaded) return 1;
     // Monotonic: a statistic.
-    return @min(registry_len.load(.monotonic), heap_count_max);
+    return born_count.load(.monotonic);
+}
+
+/// Registry indices in use, born or not: every heap's index is below.
+pub fn indexCount() usize {
+    if (builtin.single_threaded) return 1;
+    // Monotonic: indices below it may still be unborn; readers check.
+    return registry_len.load(.monotonic);
+}
+
+/// The chunk that holds `index`, and the index's offset in it.
+fn chunkOf(index: u32) struct { chunk: u5, offset: usize } {
+    assert(index < heap_count_max);
+    const chunk = std.math.log2_int(u32, index / chunk_first_heaps + 1);
+    const first = chunk_first_heaps * ((@as(usize, 1) << chunk) - 1);
+    return .{ .chunk = @intCast(chunk), .offset = index - first };
+}
+
+/// Bytes of chunk `chunk`; null where that does not fit the address space.
+fn chunkBytes(chunk: u5) ?usize {
+    const heaps = std.math.shlExact(usize, chunk_first_heaps, chunk) catch return null;
+    return std.math.mul(usize, heaps, @sizeOf(Heap)) catch null;
+}
+
+/// The heap at `index` if it is born.
+fn bornAt(index: u32) ?*Heap {
+    const where = chunkOf(index);
+    // Acquire: pairs with the chunk's installation (its memory is fresh).
+    const chunk = chunks[where.chunk].load(.acquire) orelse return null;
+    const heap = &chunk[where.offset];
+    return if (loadOwner(heap).state == .unborn) null else heap;
 }
 
 /// Calls `visit(context, heap)` for every heap (statistics). Heaps are never
 /// unmapped, so any thread may look at them.
 pub fn forEachHeap(context: anytype, comptime visit: fn (@TypeOf(context), *Heap) void) void {
     if (builtin.single_threaded) return visit(context, &single_heap);
-    for (registry[0..heapCount()]) |*slot| {
-        // Acquire: the heap was initialized before it was published.
-        visit(context, slot.load(.acquire) orelse continue);
-    }
+    const len = indexCount();
+    for (0..len) |index| visit(context, bornAt(@intCast(index)) orelse continue);
 }
 
 /// Whether `heap`'s thread has ended and no thread has taken the heap over
@@ -168,7 +332,8 @@ pub fn isAbandoned(heap: *Heap) bool {
 }
 
 fn loadOwner(heap: *Heap) Owner {
-    // Acquire: a heap we may take over must be seen as its last owner left it.
+    // Acquire: a heap we may take over must be seen as its last owner left
+    // it, and a heap seen born as its creator initialized it.
     return @bitCast(heap.owner.load(.acquire));
 }
 
@@ -179,21 +344,35 @@ pub fn initCurrent() ?*Heap {
     const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
     if (config.hardening.randomize and heap.random == 0) heap.random = secure.randomWord() | 1;
     setCurrent(heap);
-    if (!builtin.single_threaded and builtin.link_libc) exit_hook.register(heap);
+    if (!builtin.single_threaded) exit_hook.register(heap);
     return heap;
 }
 
-/// A heap for a new thread: one an ended thread left, else a new one.
+/// A heap for a new thread: one an ended thread left, else a new one. Heaps
+/// with memory come first: an empty shell only when none is found.
 fn claim() ?*Heap {
     const pid = os.currentPid();
     const tid = os.currentTid();
+    if (takeHinted(pid, tid)) |heap| return heap;
     // A heap being absorbed by another thread turns into a free shell in a
     // moment; waiting for it keeps the number of heaps at the number of
     // threads alive at once. Bounded: absorbing takes microseconds.
     for (0..claim_rounds_max) |_| {
-        const found = claimScan(pid, tid);
-        if (found.heap) |heap| return heap;
-        if (!found.saw_claimed) break;
+        var saw_claimed = false;
+        const vacant = popVacantFor(pid, tid, &saw_claimed);
+        if (vacant.taken) |heap| return heap;
+        if (takeProbed(pid, tid, &saw_claimed)) |heap| {
+            // Back on the stack for the next thread.
+            if (vacant.shell) |shell| listVacant(shell);
+            return heap;
+        }
+        if (vacant.shell) |shell| {
+            const owner = loadOwner(shell);
+            if (owner.state == .free and take(shell, owner, pid, tid)) return shell;
+            // Taken meanwhile (it was off the stack, so through a probe).
+            saw_claimed = true;
+        }
+        if (!saw_claimed) break;
         os.yieldThread();
     }
     return create(pid, tid);
@@ -201,38 +380,78 @@ fn claim() ?*Heap {
 
 const claim_rounds_max = 16;
 
-fn claimScan(pid: os.Pid, tid: i32) struct { heap: ?*Heap, saw_claimed: bool } {
-    const len = heapCount();
-    var shell: ?*Heap = null;
-    var saw_claimed = false;
-    // Heaps that hold memory and have no owner come first.
-    for (registry[0..len]) |*slot| {
-        // Acquire: the heap was initialized before it was published.
-        const heap = slot.load(.acquire) orelse continue;
-        const owner = loadOwner(heap);
+/// Rule 2 without a scan: the heap our thread id last owned, if it is
+/// still tagged with it.
+fn takeHinted(pid: os.Pid, tid: os.Tid) ?*Heap {
+    // Monotonic: a hint; bornAt and take check the heap.
+    const hint = tid_hints[hintIndex(tid)].load(.monotonic);
+    if (hint == 0) return null;
+    const heap = bornAt(hint - 1) orelse return null;
+    const owner = loadOwner(heap);
+    // Monotonic: checked again by the CAS in `take`.
+    if (owner.state != .active or ownerTid(heap, owner) != tid or heap.pid.load(.monotonic) != pid) return null;
+    return if (take(heap, owner, pid, tid)) heap else null;
+}
+
+fn hintIndex(tid: os.Tid) usize {
+    return @as(u32, @bitCast(tid)) % tid_hint_count;
+}
+
+/// Pops the vacant stack until it takes an orphaned heap, or finds a free
+/// shell, which it leaves to the caller (off the stack, not taken).
+fn popVacantFor(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) struct { taken: ?*Heap = null, shell: ?*Heap = null } {
+    // Every pop removes an entry, and a heap is listed at most once: the
+    // stack holds at most one entry per index (pushes meanwhile may add a
+    // few, found by the next round).
+    for (0..indexCount()) |_| {
+        const heap = popVacant() orelse break;
+        // SeqCst, both: see "The vacant stack" at the top.
+        heap.entry.listed.store(false, .seq_cst);
+        const owner: Owner = @bitCast(heap.owner.load(.seq_cst));
         switch (owner.state) {
-            .orphaned => if (take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false },
-            // Rule 2: our id on an active heap of our process: its thread is gone.
-            .active => if (owner.tid == tid and heap.pid.load(.monotonic) == pid and take(heap, owner, pid, tid))
-                return .{ .heap = heap, .saw_claimed = false },
-            .free => if (shell == null) {
-                shell = heap;
+            .orphaned => {
+                if (take(heap, owner, pid, tid)) return .{ .taken = heap };
+                // Claimed by an absorber first: it comes back as a shell.
+                saw_claimed.* = true;
             },
-            .claimed => saw_claimed = true,
+            .free => return .{ .shell = heap },
+            .claimed => saw_claimed.* = true,
+            .unborn, .active => {},
         }
     }
-    // Rule 1: heaps of threads that ended without telling us.
-    for (registry[0..len]) |*slot| {
-        const heap = slot.load(.acquire) orelse continue;
+    return .{};
+}
+
+/// Rule 1 (and 2) over the next `probe_batch_count` heaps of the cursor.
+/// Vacant heaps met on the way are taken too (see "fork" at the top).
+fn takeProbed(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) ?*Heap {
+    const len = indexCount();
+    if (len == 0) return null;
+    for (0..@min(len, probe_batch_count)) |_| {
+        const heap = bornAt(nextIndex(&probe_cursor, len)) orelse continue;
         const owner = loadOwner(heap);
-        if (isDead(heap, owner, pid) and take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false };
+        const vacant = switch (owner.state) {
+            .orphaned, .free => true,
+            // Monotonic: checked again by the CAS in `take`.
+            .active => (ownerTid(heap, owner) == tid and heap.pid.load(.monotonic) == pid) or isDead(heap, owner, pid),
+            .claimed => blk: {
+                saw_claimed.* = true;
+                break :blk false;
+            },
+            .unborn => false,
+        };
+        if (vacant and take(heap, owner, pid, tid)) return heap;
     }
-    if (shell) |heap| {
-        const owner = loadOwner(heap);
-        if (owner.state == .free and take(heap, owner, pid, tid)) return .{ .heap = heap, .saw_claimed = false };
-        saw_claimed = true; // Someone took it first; there may be another.
-    }
-    return .{ .heap = null, .saw_claimed = saw_claimed };
+    return null;
+}
+
+/// The next index of a round-robin `cursor` over `len` indices. One at a
+/// time, so that the heaps a thread did not need to look at are the next
+/// thread's: together the threads sweep the registry, and a heap whose
+/// thread is gone is found within one sweep.
+fn nextIndex(cursor: *std.atomic.Value(u32), len: usize) u32 {
+    // Monotonic: any value will do.
+    return @intCast(cursor.fetchAdd(1, .monotonic) % len);
 }
 
 /// Whether `heap` is active, belongs to this process and its thread is gone.
@@ -240,36 +459,123 @@ fn isDead(heap: *Heap, owner: Owner, pid: os.Pid) bool {
     if (owner.state != .active) return false;
     // Monotonic: checked again by the CAS in `take`/`claimToAbsorb`.
     if (heap.pid.load(.monotonic) != pid) return false;
-    return !os.threadIsAlive(pid, owner.tid);
+    return !os.threadIsAlive(pid, ownerTid(heap, owner));
 }
 
 /// Makes the calling thread the owner of `heap`, if its owner word is still
 /// `expected`.
-fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: i32) bool {
+fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
+    assert(expected.state != .unborn and expected.state != .claimed);
     // Written before the CAS: every thread that may race here is in this
     // process and writes the same value. Monotonic: readers re-check the
     // owner word with a CAS before relying on it.
     heap.pid.store(pid, .monotonic);
-    // Acquire on success: we see the heap as its previous owner left it.
-    return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) == null;
+    if (tid_in_word) {
+        // Acquire on success: we see the heap as its previous owner left it.
+        if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.active, tid)), .acquire, .monotonic) != null) return false;
+    } else {
+        // Claimed while the id beside the word changes: readers skip
+        // claimed heaps.
+        const claimed = expected.next(.claimed, 0);
+        // Acquire on success: as above.
+        if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(claimed), .acquire, .monotonic) != null) return false;
+        // Monotonic: published by the release store below.
+        heap.owner_tid.store(tid, .monotonic);
+        // Release: a reader that sees us active sees our id.
+        heap.owner.store(@bitCast(claimed.next(.active, tid)), .release);
+    }
+    tookOver(heap, expected, tid);
+    return true;
 }
 
-fn create(pid: os.Pid, tid: i32) ?*Heap {
-    const bytes = std.mem.alignForward(usize, @sizeOf(Heap), os.page_size_min_bytes);
-    const memory = os.map(bytes, os.page_size_min_bytes, 0) orelse return null;
-    const heap: *Heap = @ptrCast(@alignCast(memory));
-    heap.* = Heap.init_value;
-    heap.pid = .init(pid);
-    heap.owner = .init(@bitCast(Owner{ .state = .active, .seq = 0, .tid = tid }));
-    // Monotonic: the slot store below publishes the heap.
-    const index = registry_len.fetchAdd(1, .monotonic);
-    if (index >= heap_count_max) {
-        os.unmap(memory, bytes);
-        return null;
+/// Bookkeeping after the calling thread (id `tid`) took `heap` in state
+/// `was`.
+fn tookOver(heap: *Heap, was: Owner, tid: os.Tid) void {
+    // Monotonic: a hint, and a count read as a hint.
+    if (was.state == .orphaned) _ = orphaned_count.fetchSub(1, .monotonic);
+    tid_hints[hintIndex(tid)].store(heap.entry.index + 1, .monotonic);
+}
+
+fn create(pid: os.Pid, tid: os.Tid) ?*Heap {
+    const index = reserveIndex() orelse return null;
+    const where = chunkOf(index);
+    const chunk = chunks[where.chunk].load(.acquire) orelse mapChunk(where.chunk) orelse return null;
+    const heap = &chunk[where.offset];
+    // Other threads may load the owner word meanwhile (and see it unborn):
+    // every other field is ours until the heap is born.
+    inline for (comptime std.meta.fieldNames(Heap)) |name| {
+        if (comptime !std.mem.eql(u8, name, "owner")) @field(heap, name) = @field(Heap.init_value, name);
     }
-    // Release: a thread that loads the slot sees the initialized heap.
-    registry[index].store(heap, .release);
+    heap.entry.index = index;
+    heap.pid = .init(pid);
+    if (!tid_in_word) heap.owner_tid = .init(tid);
+    // Release: a thread that sees the heap born sees it initialized.
+    heap.owner.store(@bitCast(Owner{ .state = .active, .seq = 0, .tid = if (tid_in_word) tid else 0 }), .release);
+    // Monotonic: a statistic.
+    _ = born_count.fetchAdd(1, .monotonic);
+    tookOver(heap, .{ .state = .unborn, .seq = 0, .tid = 0 }, tid);
     return heap;
+}
+
+/// The next registry index; null past `heap_count_max`.
+fn reserveIndex() ?u32 {
+    // Monotonic: the index is ours alone; the chunk and the owner word
+    // publish what is stored there.
+    var len = registry_len.load(.monotonic);
+    // Bounded: each failed swap means another thread took an index.
+    while (len < heap_count_max) {
+        len = registry_len.cmpxchgWeak(len, len + 1, .monotonic, .monotonic) orelse return len;
+    }
+    return null;
+}
+
+/// Maps chunk `chunk` and installs it, unless another thread did first.
+fn mapChunk(chunk: u5) ?[*]Heap {
+    const bytes = chunkBytes(chunk) orelse return null;
+    const memory = os.map(bytes, os.page_size_min_bytes, 0) orelse return null;
+    const heaps: [*]Heap = @ptrCast(@alignCast(memory));
+    // Release on success: readers that acquire the address see fresh
+    // (zeroed: unborn) memory. Acquire on failure: we use the winner's.
+    if (chunks[chunk].cmpxchgStrong(null, heaps, .release, .acquire)) |winner| {
+        os.unmap(memory, bytes);
+        return winner.?;
+    }
+    return heaps;
+}
+
+/// Pops the vacant stack's top heap.
+fn popVacant() ?*Heap {
+    // Acquire: we read the link the pusher stored before its release swap.
+    var head: Vacant = @bitCast(vacant_head.load(.acquire));
+    // Bounded: each failed swap means another thread pushed or popped.
+    while (head.top != 0) {
+        // Only born heaps are pushed, by a thread that saw their chunk.
+        const heap = bornAt(head.top - 1).?;
+        // Monotonic: if the link changed since we read the head, so did the
+        // tag, and the swap fails.
+        const below = heap.entry.vacant_next.load(.monotonic);
+        const popped: Vacant = .{ .top = @intCast(below), .tag = head.tag +% 1 };
+        // Acquire: as above, for the next head.
+        head = @bitCast(vacant_head.cmpxchgWeak(@bitCast(head), @bitCast(popped), .acquire, .acquire) orelse return heap);
+    }
+    return null;
+}
+
+/// `heap` just became orphaned or free (its owner word stored SeqCst): put
+/// it on the vacant stack unless it is listed already.
+fn listVacant(heap: *Heap) void {
+    // SeqCst: see "The vacant stack" at the top.
+    if (heap.entry.listed.swap(true, .seq_cst)) return;
+    // Monotonic: the swap below orders the link.
+    var head: Vacant = @bitCast(vacant_head.load(.monotonic));
+    // Bounded: each failed swap means another thread pushed or popped.
+    while (true) {
+        // Monotonic: published by the release swap below.
+        heap.entry.vacant_next.store(head.top, .monotonic);
+        const pushed: Vacant = .{ .top = @intCast(heap.entry.index + 1), .tag = head.tag +% 1 };
+        // Release: a popper that acquires the head sees the link.
+        head = @bitCast(vacant_head.cmpxchgWeak(@bitCast(head), @bitCast(pushed), .release, .monotonic) orelse return);
+    }
 }
 
 /// The calling thread is ending (or gives its heap up): return what its heap
@@ -287,10 +593,15 @@ pub fn abandonCurrent() void {
     heap.orphaned_ns = os.nowNanoseconds();
     const owner: Owner = @bitCast(heap.owner.load(.monotonic));
     assert(owner.state == .active);
+    // Monotonic: a count read as a hint; counted before the heap can be
+    // taken, so it never drops below zero.
+    _ = orphaned_count.fetchAdd(1, .monotonic);
     // A plain store suffices: while we are alive and active, no other thread
     // changes the word (rules 1 and 2 need us gone).
-    // Release: the next owner's acquire sees the heap as we leave it.
-    heap.owner.store(@bitCast(owner.next(.orphaned, 0)), .release);
+    // SeqCst: releases the heap to its next owner (whose acquire sees it as
+    // we leave it) and orders the store before listVacant's (see the top).
+    heap.owner.store(@bitCast(owner.next(.orphaned, 0)), .seq_cst);
+    listVacant(heap);
 }
 
 /// A heap orphaned this recently is left to a thread starting up, which
@@ -308,7 +619,10 @@ fn recentlyOrphaned(heap: *Heap) bool {
 /// Claims an ownerless heap for absorption by the caller.
 fn claimToAbsorb(heap: *Heap, expected: Owner) bool {
     // Acquire on success: as in `take`.
-    return heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.claimed, 0)), .acquire, .monotonic) == null;
+    if (heap.owner.cmpxchgStrong(@bitCast(expected), @bitCast(expected.next(.claimed, 0)), .acquire, .monotonic) != null) return false;
+    // Monotonic: as in `tookOver`.
+    if (expected.state == .orphaned) _ = orphaned_count.fetchSub(1, .monotonic);
+    return true;
 }
 
 /// Moves all of `other` (claimed by us) into `heap` and frees the shell.
@@ -316,33 +630,41 @@ fn absorbClaimed(heap: *Heap, other: *Heap) void {
     heap.absorb(other);
     const owner: Owner = @bitCast(other.owner.load(.monotonic));
     assert(owner.state == .claimed);
-    // Release: the next thread to take the shell sees it emptied.
-    other.owner.store(@bitCast(owner.next(.free, 0)), .release);
+    // SeqCst: releases the emptied shell to the next thread that takes it,
+    // and orders the store before listVacant's (see the top).
+    other.owner.store(@bitCast(owner.next(.free, 0)), .seq_cst);
+    listVacant(other);
 }
 
-/// Before mapping fresh memory: absorb one heap whose thread is gone, if any.
-/// Probes at most `probe_batch_count` active heaps. Returns whether it did.
+/// Before mapping fresh memory: absorb one heap whose thread is gone, if
+/// any among the next heaps of the cursor. Returns whether it did.
 pub fn absorbAnyOrphan(heap: *Heap) bool {
     comptime assert(!builtin.single_threaded);
-    const len = heapCount();
-    for (registry[0..len]) |*slot| {
-        const other = slot.load(.acquire) orelse continue;
-        if (other == heap) continue;
-        const owner = loadOwner(other);
-        if (owner.state == .orphaned and !recentlyOrphaned(other) and claimToAbsorb(other, owner)) {
-            absorbClaimed(heap, other);
-            return true;
-        }
-    }
+    const len = indexCount();
     if (len < 2) return false;
-    const pid = os.currentPid();
-    for (0..@min(len, probe_batch_count)) |_| {
-        // Monotonic: a round-robin cursor; any value will do.
-        const index = probe_cursor.fetchAdd(1, .monotonic) % len;
-        const other = registry[index].load(.acquire) orelse continue;
+    // Monotonic: a hint; an orphan missed now is found by a later scan, by
+    // a free into it (absorbIfOrphaned) or by a new thread.
+    if (orphaned_count.load(.monotonic) > 0) {
+        if (absorbFromCursor(heap, len, absorb_scan_count, .orphaned)) return true;
+    }
+    return absorbFromCursor(heap, len, probe_batch_count, .dead);
+}
+
+/// Looks at the next `count_max` heaps of the cursor (all if fewer) for
+/// one to absorb: orphaned a while ago, or (a system call each) active with
+/// its thread gone.
+fn absorbFromCursor(heap: *Heap, len: usize, count_max: usize, comptime which: enum { orphaned, dead }) bool {
+    const pid = if (which == .dead) os.currentPid() else undefined;
+    const cursor = if (which == .dead) &probe_cursor else &orphan_cursor;
+    for (0..@min(len, count_max)) |_| {
+        const other = bornAt(nextIndex(cursor, len)) orelse continue;
         if (other == heap) continue;
         const owner = loadOwner(other);
-        if (isDead(other, owner, pid) and claimToAbsorb(other, owner)) {
+        const ownerless = switch (which) {
+            .orphaned => owner.state == .orphaned and !recentlyOrphaned(other),
+            .dead => isDead(other, owner, pid),
+        };
+        if (ownerless and claimToAbsorb(other, owner)) {
             absorbClaimed(heap, other);
             return true;
         }
@@ -378,66 +700,32 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
             heap.remote_frees_until_probe = remote_frees_per_probe;
             if (!isDead(other, owner, os.currentPid())) return false;
         },
-        .free, .claimed => return false,
+        .free, .claimed, .unborn => return false,
     }
     if (!claimToAbsorb(other, owner)) return false;
     absorbClaimed(heap, other);
     return true;
 }
 
-/// With libc: a pthread key whose destructor abandons the heap of an
-/// ending thread, and an atfork handler for the child's heap.
-const exit_hook = if (builtin.link_libc) struct {
-    const c = std.c;
+/// Where the system calls back at thread exit (os.ThreadExit): abandons the
+/// heap of an ending thread; after a fork (with libc), re-tags the child's
+/// heap.
+const exit_hook = os.ThreadExit(onThreadExit, onForkChild);
 
-    var key: c.pthread_key_t = undefined;
-    /// 0: not set up, 1: being set up, 2: ready, 3: unavailable.
-    var key_state: std.atomic.Value(u8) = .init(0);
+fn onThreadExit(value: *anyopaque) void {
+    const heap: *Heap = @ptrCast(@alignCast(value));
+    // The thread may have given this heap up and taken another since.
+    if (heap == current()) abandonCurrent();
+}
 
-    fn register(heap: *Heap) void {
-        if (!ensureKey()) return;
-        // glibc keeps the first 32 keys in the thread descriptor, so this
-        // does not allocate for our key; if it failed, probing still works.
-        _ = c.pthread_setspecific(key, heap);
-    }
-
-    fn ensureKey() bool {
-        // Acquire: pairs with the release below, so `key` is initialized.
-        switch (key_state.load(.acquire)) {
-            2 => return true,
-            3 => return false,
-            else => {},
-        }
-        // Acquire/monotonic: whoever wins sets the key up; the rest wait.
-        if (key_state.cmpxchgStrong(0, 1, .acquire, .monotonic) == null) {
-            const ok = c.pthread_key_create(&key, onThreadExit) == .SUCCESS;
-            if (ok) _ = c.pthread_atfork(null, null, onForkChild);
-            // Release: publishes `key`.
-            key_state.store(if (ok) 2 else 3, .release);
-            return ok;
-        }
-        var spins: usize = 0;
-        // Acquire: as above. Bounded by the winner's two calls.
-        while (key_state.load(.acquire) == 1) : (spins += 1) {
-            if (spins > 1000) os.yieldThread();
-            std.atomic.spinLoopHint();
-        }
-        return key_state.load(.acquire) == 2;
-    }
-
-    fn onThreadExit(value: ?*anyopaque) callconv(.c) void {
-        const heap: *Heap = @ptrCast(@alignCast(value orelse return));
-        // The thread may have given this heap up and taken another since.
-        if (heap == current()) abandonCurrent();
-    }
-
-    fn onForkChild() callconv(.c) void {
-        const heap = current();
-        if (heap == &Heap.empty) return;
-        // Only this thread exists in the child: plain re-tagging is safe.
-        heap.pid.store(os.currentPid(), .monotonic);
-        const owner: Owner = @bitCast(heap.owner.load(.monotonic));
-        // Release: as in `abandonCurrent`.
-        heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
-    }
-} else struct {};
+fn onForkChild() void {
+    const heap = current();
+    if (heap == &Heap.empty) return;
+    // Only this thread exists in the child: plain re-tagging is safe.
+    heap.pid.store(os.currentPid(), .monotonic);
+    const owner: Owner = @bitCast(heap.owner.load(.monotonic));
+    // Monotonic: published by the release store below.
+    if (!tid_in_word) heap.owner_tid.store(os.currentTid(), .monotonic);
+    // Release: as in `abandonCurrent`.
+    heap.owner.store(@bitCast(owner.next(.active, os.currentTid())), .release);
+}

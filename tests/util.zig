@@ -1,5 +1,6 @@
-//! Helpers shared by the tests: a spin lock (std's blocking locks need an Io
-//! instance), block patterns, and random sizes and alignments.
+//! Helpers shared by the tests: the size of the run, a spin lock (std's
+//! blocking locks need an Io instance), block patterns, random sizes and
+//! alignments, and what the system can tell about the process.
 const std = @import("std");
 const builtin = @import("builtin");
 const Alignment = std.mem.Alignment;
@@ -7,13 +8,31 @@ const Alignment = std.mem.Alignment;
 /// True in the quick (Debug) configurations, where loops run fewer times.
 pub const slow_build = builtin.mode == .debug;
 
+/// The one place that sizes an emulated run (qemu, wine, a WASI runtime:
+/// build option -Dtest-reduced, on by default for a target other than the
+/// host's): loops and thread counts divided by `reduced_divisor`.
+pub const reduced = @import("test_options").reduced;
+pub const reduced_divisor = 10;
+
+/// What runs the tests: "none" (natively), "qemu", "wine" or "wasmtime".
+pub const emulator = @import("test_options").emulator;
+/// Under qemu-user the process is the emulator: its resident set and
+/// address space hold qemu's own memory, and fork in a process with other
+/// threads trips qemu's own assertions (qemu 7.2).
+pub const under_qemu = std.mem.eql(u8, emulator, "qemu");
+
+/// `full` iterations (or threads), fewer in a reduced run.
+pub fn scaled(full: usize) usize {
+    return if (reduced) @max(1, full / reduced_divisor) else full;
+}
+
 pub const SpinLock = struct {
     inner: std.atomic.Mutex = .unlocked,
 
     pub fn lock(l: *SpinLock) void {
         var spins: usize = 0;
         while (!l.inner.tryLock()) : (spins += 1) {
-            if (spins % 64 == 63) _ = std.os.linux.sched_yield() else std.atomic.spinLoopHint();
+            if (spins % 64 == 63) yieldThread() else std.atomic.spinLoopHint();
         }
     }
 
@@ -22,9 +41,24 @@ pub const SpinLock = struct {
     }
 };
 
+fn yieldThread() void {
+    std.Thread.yield() catch {};
+}
+
+extern "kernel32" fn Sleep(milliseconds: u32) callconv(.winapi) void;
+
 pub fn sleepMilliseconds(ms: u64) void {
-    var ts: std.os.linux.timespec = .{ .sec = @intCast(ms / 1000), .nsec = @intCast((ms % 1000) * std.time.ns_per_ms) };
-    _ = std.os.linux.nanosleep(&ts, &ts);
+    switch (builtin.os.tag) {
+        .linux => {
+            var ts: std.os.linux.timespec = .{ .sec = @intCast(ms / 1000), .nsec = @intCast((ms % 1000) * std.time.ns_per_ms) };
+            _ = std.os.linux.nanosleep(&ts, &ts);
+        },
+        .windows => Sleep(@intCast(ms)),
+        else => {
+            var ts: std.c.timespec = .{ .sec = @intCast(ms / 1000), .nsec = @intCast((ms % 1000) * std.time.ns_per_ms) };
+            _ = std.c.nanosleep(&ts, &ts);
+        },
+    }
 }
 
 /// Byte `i` of the pattern of a block with `seed`.
@@ -77,8 +111,32 @@ const PatternIterator = struct {
     }
 };
 
-/// Resident set size of this process, from /proc/self/statm.
-pub fn residentBytes() usize {
+const ProcessMemoryCounters = extern struct {
+    cb: u32,
+    page_fault_count: u32,
+    peak_working_set_size: usize,
+    working_set_size: usize,
+    quota_peak_paged_pool_usage: usize,
+    quota_paged_pool_usage: usize,
+    quota_peak_non_paged_pool_usage: usize,
+    quota_non_paged_pool_usage: usize,
+    pagefile_usage: usize,
+    peak_pagefile_usage: usize,
+};
+extern "kernel32" fn K32GetProcessMemoryInfo(process: std.os.windows.HANDLE, counters: *ProcessMemoryCounters, size: u32) callconv(.winapi) c_int;
+
+/// Resident set size of this process (Linux: /proc/self/statm; Windows:
+/// the working set), or null where the system does not say, or says it
+/// for an emulator (qemu).
+pub fn residentBytes() ?usize {
+    if (under_qemu) return null;
+    if (builtin.os.tag == .windows) {
+        var counters: ProcessMemoryCounters = undefined;
+        counters.cb = @sizeOf(ProcessMemoryCounters);
+        if (K32GetProcessMemoryInfo(std.os.windows.GetCurrentProcess(), &counters, counters.cb) == 0) return null;
+        return counters.working_set_size;
+    }
+    if (builtin.os.tag != .linux) return null;
     const linux = std.os.linux;
     const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/statm", .{}, 0);
     if (linux.errno(fd_rc) != .SUCCESS) @panic("cannot open /proc/self/statm");
@@ -91,6 +149,25 @@ pub fn residentBytes() usize {
     _ = it.next();
     const pages = std.fmt.parseInt(usize, it.next().?, 10) catch @panic("bad /proc/self/statm");
     return pages * std.heap.pageSize();
+}
+
+/// A monotonic clock on every target the tests run on: the runner's.
+pub const nowNanoseconds = @import("root").nowNanoseconds;
+
+/// The kernel's limit on mappings per process (vm.max_map_count); its
+/// default when it cannot be read.
+pub fn mapCountMax() usize {
+    const default = 65530;
+    if (builtin.os.tag != .linux) return default;
+    const linux = std.os.linux;
+    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/sys/vm/max_map_count", .{}, 0);
+    if (linux.errno(fd_rc) != .SUCCESS) return default;
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    var buf: [32]u8 = undefined;
+    const n = linux.read(fd, &buf, buf.len);
+    if (linux.errno(n) != .SUCCESS) return default;
+    return std.fmt.parseInt(usize, std.mem.trim(u8, buf[0..n], " \n"), 10) catch default;
 }
 
 pub const SizeMix = enum { small, medium, large, huge };
@@ -142,7 +219,9 @@ pub const ChildEnd = struct {
 };
 
 /// Runs `body` in a forked child with stderr captured into `buffer`.
+/// Linux only (skipped elsewhere).
 pub fn runChild(comptime body: fn () void, buffer: []u8) !ChildEnd {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
     const linux = std.os.linux;
     var fds: [2]i32 = undefined;
     if (linux.errno(linux.pipe(&fds)) != .SUCCESS) return error.TestCannotPipe;

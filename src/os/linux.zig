@@ -1,0 +1,198 @@
+//! Linux, with or without libc: mapping through system calls (mmap, munmap,
+//! madvise, mprotect, mremap), thread ids from gettid, thread liveness from
+//! tgkill. With libc, thread exit through a pthread key destructor.
+//!
+//! Everything the interface asks for exists here: partial unmaps, mremap to
+//! grow in place and to move pages without copying, MADV_DONTNEED purges
+//! that read back as zeroes.
+const std = @import("std");
+const builtin = @import("builtin");
+const linux = std.os.linux;
+const assert = std.debug.assert;
+const os = @import("../os.zig");
+
+pub const can_move = true;
+pub const can_protect = true;
+pub const purge_needs_commit = false;
+pub const purge_zeroes = true;
+pub const thread_exit_callback = builtin.link_libc;
+pub const can_probe_threads = true;
+
+/// Private anonymous memory, reserved lazily. MAP_NORESERVE keeps address
+/// space that is never touched out of strict overcommit accounting; std
+/// does not name the flag on every architecture (riscv, loongarch), where
+/// kennel goes without it.
+fn mapFlags() linux.MAP {
+    var flags: linux.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true };
+    if (@hasField(linux.MAP, "NORESERVE")) flags.NORESERVE = true;
+    return flags;
+}
+
+fn mmap(len: usize) ?usize {
+    const rc = linux.mmap(null, len, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
+    if (linux.errno(rc) != .SUCCESS) return null;
+    return rc;
+}
+
+/// `len` (page-aligned) bytes such that `result + offset` is a multiple of
+/// `alignment` (at least the page size).
+pub fn map(len: usize, alignment: usize, offset: usize) ?usize {
+    const page = std.heap.pageSize();
+    if (alignment > page) {
+        // The kernel tends to place a mapping right below the previous one,
+        // so after the first aligned segment a plain mmap is often aligned
+        // already: one system call instead of three.
+        const address = mmap(len) orelse return null;
+        if ((address + offset) % alignment == 0) return address;
+        unmap(address, len);
+    }
+    // Over-map by the alignment so that an aligned start exists inside, then
+    // trim both ends. Alignments up to the page size need no trimming.
+    const slack = if (alignment > page) alignment else 0;
+    const request = std.math.add(usize, len, slack) catch return null;
+    const raw = mmap(request) orelse return null;
+    const start = std.mem.alignForward(usize, raw + offset, alignment) - offset;
+    assert(start >= raw);
+    assert(start + len <= raw + request);
+    if (start > raw) unmap(raw, start - raw);
+    const tail = raw + request - (start + len);
+    if (tail > 0) unmap(start + len, tail);
+    return start;
+}
+
+/// Any whole-page range of a mapping.
+pub fn unmap(address: usize, len: usize) void {
+    const rc = linux.munmap(@ptrFromInt(address), len);
+    // munmap fails only for invalid arguments, which would be a kennel bug.
+    assert(linux.errno(rc) == .SUCCESS);
+}
+
+pub fn purge(address: usize, len: usize) void {
+    // MADV_DONTNEED rather than MADV_FREE: the resident set drops at once, so
+    // RSS follows the live set in the measurements users make. A failure only
+    // means the memory stays resident, which is harmless.
+    _ = linux.madvise(@ptrFromInt(address), len, linux.MADV.DONTNEED);
+}
+
+pub fn commit(address: usize, len: usize) bool {
+    _ = address;
+    _ = len;
+    comptime unreachable; // purge_needs_commit is false
+}
+
+pub fn adviseHugePages(address: usize, len: usize) void {
+    _ = linux.madvise(@ptrFromInt(address), len, linux.MADV.HUGEPAGE);
+}
+
+pub fn protectNone(address: usize, len: usize) bool {
+    return linux.errno(linux.mprotect(@ptrFromInt(address), len, .{})) == .SUCCESS;
+}
+
+pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {
+    const rc = linux.mremap(@ptrFromInt(address), old_len, new_len, .{}, null);
+    if (linux.errno(rc) != .SUCCESS) return false;
+    assert(rc == address);
+    return true;
+}
+
+pub fn shrinkInPlace(address: usize, old_len: usize, new_len: usize) void {
+    unmap(address + new_len, old_len - new_len);
+}
+
+pub fn moveInto(address: usize, old_len: usize, dest: usize, new_len: usize) bool {
+    const rc = linux.mremap(@ptrFromInt(address), old_len, new_len, .{ .MAYMOVE = true, .FIXED = true }, @ptrFromInt(dest));
+    if (linux.errno(rc) != .SUCCESS) return false;
+    assert(rc == dest);
+    return true;
+}
+
+/// The coarse monotonic clock, read through the vDSO without a system
+/// call. With libc, through libc: std's own vDSO lookup reads the auxiliary
+/// vector that Zig's start code saves, and in a library loaded into a C
+/// program that code never ran, so std would make a real system call every
+/// time.
+pub fn nowNanoseconds() u64 {
+    var ts: linux.timespec = undefined;
+    if (builtin.link_libc) {
+        if (std.c.clock_gettime(.MONOTONIC_COARSE, &ts) != 0) return 0;
+    } else {
+        if (linux.errno(linux.clock_gettime(.MONOTONIC_COARSE, &ts)) != .SUCCESS) return 0;
+    }
+    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
+}
+
+/// getrandom, without waiting for the kernel's pool at early boot.
+pub fn fillRandom(bytes: []u8) bool {
+    const rc = linux.getrandom(bytes.ptr, bytes.len, 1); // GRND_NONBLOCK
+    return linux.errno(rc) == .SUCCESS and rc == bytes.len;
+}
+
+pub const Pid = linux.pid_t;
+
+pub fn currentPid() Pid {
+    return linux.getpid();
+}
+
+pub fn currentTid() os.Tid {
+    return linux.gettid();
+}
+
+pub fn yieldThread() void {
+    _ = linux.sched_yield();
+}
+
+/// Signal 0 performs the permission and existence checks of tgkill without
+/// sending anything; ESRCH means no such thread in that thread group. The
+/// kernel reaps a thread's id only after the thread has stopped running.
+pub fn threadIsAlive(pid: Pid, tid: os.Tid) bool {
+    const rc = linux.tgkill(pid, tid, @fromBackingInt(@intCast(0)));
+    return linux.errno(rc) != .SRCH;
+}
+
+/// With libc: a pthread key whose destructor calls `onExit`.
+pub const ExitKey = @import("pthread.zig").ExitKey;
+
+pub fn writeStderr(bytes: []const u8) void {
+    var written: usize = 0;
+    while (written < bytes.len) {
+        const rc = linux.write(2, bytes.ptr + written, bytes.len - written);
+        if (linux.errno(rc) != .SUCCESS) break;
+        written += rc;
+    }
+}
+
+pub fn abort() noreturn {
+    if (builtin.link_libc) std.c.abort();
+    // Without libc: raise SIGABRT on ourselves, then make sure we end.
+    _ = linux.tgkill(linux.getpid(), linux.gettid(), .ABRT);
+    linux.exit_group(134);
+}
+
+/// Tests: what is at `address`, from /proc/self/maps (which qemu-user
+/// emulates for its guest, unlike the answers of mincore for PROT_NONE).
+pub fn access(address: usize) os.Access {
+    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/maps", .{}, 0);
+    assert(linux.errno(fd_rc) == .SUCCESS);
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    const Static = struct {
+        var buffer: [1 << 20]u8 = undefined;
+    };
+    var len: usize = 0;
+    while (len < Static.buffer.len) {
+        const n = linux.read(fd, Static.buffer[len..].ptr, Static.buffer.len - len);
+        if (linux.errno(n) != .SUCCESS or n == 0) break;
+        len += n;
+    }
+    var lines = std.mem.tokenizeScalar(u8, Static.buffer[0..len], '\n');
+    while (lines.next()) |line| {
+        // "start-end perms offset ..."
+        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
+        const space = std.mem.indexOfScalar(u8, line, ' ') orelse continue;
+        const start = std.fmt.parseInt(usize, line[0..dash], 16) catch continue;
+        const end = std.fmt.parseInt(usize, line[dash + 1 .. space], 16) catch continue;
+        if (address < start or address >= end) continue;
+        return if (std.mem.startsWith(u8, line[space + 1 ..], "rw")) .read_write else .no_access;
+    }
+    return .unmapped;
+}

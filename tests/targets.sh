@@ -1,0 +1,106 @@
+#!/bin/sh
+# The test suite on targets other than the host's (make test runs it after
+# the native suite; README "Targets"): Linux on aarch64, riscv64, x86 and
+# arm under qemu-user (aarch64 also with 16 KiB and 64 KiB pages), Windows
+# under wine, wasm32-wasi under wasmtime (its Python package), each at the
+# reduced size tests/util.zig picks for emulated runs; macOS, FreeBSD and
+# wasm32-freestanding cross-compiled only (test binaries, the example and
+# the C library).
+#
+# A runner that is missing skips its target with a note; with
+# KENNEL_TARGETS_REQUIRE=1 (CI) a missing runner is a failure.
+#
+# Usage: tests/targets.sh [zig] [target...]   (default: every target)
+ZIG=${1:-zig}
+[ $# -gt 0 ] && shift
+only="$*"
+status=0
+skipped=""
+
+wanted() {
+    [ -z "$only" ] && return 0
+    for w in $only; do [ "$w" = "$1" ] && return 0; done
+    return 1
+}
+
+skip() {
+    if [ "${KENNEL_TARGETS_REQUIRE:-0}" = 1 ]; then
+        echo "targets: FAIL $1: $2 (KENNEL_TARGETS_REQUIRE=1)"
+        status=1
+    else
+        echo "targets: skip $1: $2"
+        skipped="$skipped $1"
+    fi
+}
+
+# build_test TARGET LABEL ARGS...: zig build test for TARGET.
+build_test() {
+    target=$1
+    label=$2
+    shift 2
+    echo "targets: === $label"
+    start=$(date +%s)
+    if "$ZIG" build test -Dtarget="$target" --summary line "$@"; then
+        echo "targets: ok $label ($(($(date +%s) - start)) s)"
+    else
+        echo "targets: FAIL $label"
+        status=1
+    fi
+}
+
+# Linux, with musl where libc is linked: static binaries need no sysroot.
+for target in aarch64-linux-musl riscv64-linux-musl x86-linux-musl arm-linux-musleabihf; do
+    arch=${target%%-*}
+    case $arch in x86) qemu=qemu-i386 ;; *) qemu=qemu-$arch ;; esac
+    wanted "$target" || continue
+    if ! command -v "$qemu" >/dev/null 2>&1; then
+        skip "$target" "$qemu is missing (apt-get install qemu-user)"
+        continue
+    fi
+    build_test "$target" "$target (qemu)" -fqemu
+    if [ "$arch" = aarch64 ]; then
+        # Kernels with 16 KiB (Apple silicon) and 64 KiB pages: qemu-user
+        # shows the program that page size.
+        for pagesize in 16384 65536; do
+            QEMU_PAGESIZE=$pagesize build_test "$target" "$target (qemu, $pagesize-byte pages)" -fqemu -Dtest-config=debug
+        done
+    fi
+done
+
+if wanted x86_64-windows; then
+    if command -v wine >/dev/null 2>&1; then
+        WINEDEBUG=-all build_test x86_64-windows "x86_64-windows (wine)" -fwine
+    else
+        skip x86_64-windows "wine is missing (apt-get install wine wine64)"
+    fi
+fi
+
+if wanted wasm32-wasi; then
+    python=""
+    for candidate in "${KENNEL_WASI_PYTHON:-}" .venv/bin/python python3; do
+        [ -n "$candidate" ] || continue
+        if "$candidate" -c "import wasmtime" >/dev/null 2>&1; then
+            python=$candidate
+            break
+        fi
+    done
+    if [ -n "$python" ]; then
+        build_test wasm32-wasi "wasm32-wasi (wasmtime)" -Dwasi-python="$python"
+    else
+        skip wasm32-wasi "no Python with the wasmtime package (.venv/bin/pip install wasmtime)"
+    fi
+fi
+
+for target in aarch64-macos x86_64-macos x86_64-freebsd wasm32-freestanding; do
+    wanted "$target" || continue
+    echo "targets: === $target (build only)"
+    if "$ZIG" build test-build -Dtarget="$target" --summary line; then
+        echo "targets: ok $target (built)"
+    else
+        echo "targets: FAIL $target"
+        status=1
+    fi
+done
+
+[ -n "$skipped" ] && echo "targets: skipped (runner missing):$skipped"
+exit $status
