@@ -27,10 +27,14 @@
 //! mremap cannot move or grow a range made of several, so pages of two
 //! cached mappings are never combined into one block.
 //!
-//! Fresh huge mappings ask for transparent huge pages (os.adviseHugePages):
-//! a huge block is written whole, almost always, and one fault per 2 MiB
-//! costs far less than 512. A block touched only in part may then hold up
-//! to a huge page more than it touched.
+//! Huge mappings ask for transparent huge pages (os.adviseHugePages) while
+//! the program writes its huge blocks whole: then one fault per 2 MiB costs
+//! far less than 512. A block touched only in part would hold up to a huge
+//! page more than it touched, so the first free of a fresh mapping that did
+//! not ask looks at how much of its block is resident (one mincore), and a
+//! process-wide score decides (`touch_score`): blocks written whole raise
+//! it, sparse ones lower it twice as fast. It starts at "no": a program
+//! shows first how it uses its huge blocks.
 //!
 //! With guard pages (config.hardening.guard_pages), a freed mapping goes
 //! straight back to the OS, so a use after free faults, and the mapping
@@ -280,6 +284,45 @@ pub fn allocZeroed(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
     return allocMaybeZeroed(heap, len, alignment, true);
 }
 
+/// The touch score: huge pages are asked for while it is positive. It
+/// rises by one per freed block that was resident to at least 7/8, up to
+/// this, and falls by two per sparser one. Only blocks of mappings that did
+/// not ask for huge pages count (one that did is resident by whole huge
+/// pages, touched or not), so while the score is positive every
+/// `touch_probe_interval`th fresh mapping asks for none, as a probe.
+const touch_score_max = 4;
+var touch_score: std.atomic.Value(i8) = .init(0);
+const touch_probe_interval = 4;
+var touch_probe: std.atomic.Value(u8) = .init(0);
+
+/// Whether the program writes its huge blocks whole, as far as we know.
+fn writesWhole() bool {
+    // Monotonic: a hint.
+    return touch_score.load(.monotonic) > 0;
+}
+
+/// Whether a fresh mapping of `mapping` bytes should ask for huge pages.
+fn wantsHugePages(mapping: usize) bool {
+    if (mapping < os.huge_page_bytes or !writesWhole()) return false;
+    // Monotonic, a load and a store: a hint (this is a slow path).
+    const probe = touch_probe.load(.monotonic) +% 1;
+    touch_probe.store(probe, .monotonic);
+    return probe % touch_probe_interval != 0;
+}
+
+/// The first free of a fresh mapping: how much of its block was touched.
+fn scoreTouch(segment: *Segment) void {
+    segment.huge_fresh = false;
+    const block_start = std.mem.alignBackward(usize, segment.huge_block_offset, os.pageSize());
+    const base: [*]u8 = @ptrCast(segment);
+    const seen = os.residentPages(@alignCast(base + block_start), segment.huge_mapping_bytes - block_start) orelse return;
+    const dense = seen.resident * 8 >= seen.total * 7;
+    // Monotonic, and a load then a store rather than a read-modify-write: a
+    // hint, where a lost update between two frees costs nothing.
+    const score = touch_score.load(.monotonic);
+    touch_score.store(if (dense) @min(touch_score_max, score + 1) else @max(-touch_score_max, score - 2), .monotonic);
+}
+
 fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: bool) ?[*]u8 {
     assert(len > 0);
     heap.huge_color = (heap.huge_color + 1) % color_count;
@@ -292,6 +335,13 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
         heap.cacheChanged(before);
         if (assembled) |a| {
             purge.makeRoom(heap, a.segment.huge_mapping_bytes -| a.reused);
+            // A mapping from before the program showed that it writes huge
+            // blocks whole: its fresh and purged parts fault in huge pages
+            // from now on (the whole mapping, so it stays one VMA).
+            if (!a.segment.huge_advised and a.segment.huge_mapping_bytes >= os.huge_page_bytes and writesWhole()) {
+                os.adviseHugePages(@ptrCast(a.segment), a.segment.huge_mapping_bytes);
+                a.segment.huge_advised = true;
+            }
             const block = setHeader(a.segment, a.segment.huge_mapping_bytes, offset, alignment);
             // Only the part made of old pages needs clearing.
             if (zeroed) @memset(block[0..@min(len, a.reused -| offset)], 0);
@@ -300,12 +350,19 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
     }
     purge.makeRoom(heap, mapping);
     const base = mapGuarded(mapping, alignment) orelse return null;
-    os.adviseHugePages(base, mapping);
+    const thp = wantsHugePages(mapping);
+    if (thp) os.adviseHugePages(base, mapping);
     if (!segment_mod.segment_map.add(@ptrCast(base))) {
         os.unmap(base, mapping);
         return null;
     }
-    return setHeader(@ptrCast(base), mapping, offset, alignment);
+    const block = setHeader(@ptrCast(base), mapping, offset, alignment);
+    const segment: *Segment = @ptrCast(base);
+    segment.huge_advised = thp;
+    // Only blocks that could take huge pages, and did not ask, tell
+    // anything by their touch.
+    segment.huge_fresh = !thp and os.huge_page_bytes > 0 and mapping >= os.huge_page_bytes;
+    return block;
 }
 
 /// Whether blocks of `alignment` go through the cache: not when hardened
@@ -350,6 +407,7 @@ fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: 
 /// The header of a cached mapping split off another one.
 fn writeCachedHeader(segment: *Segment, mapping_bytes: usize) void {
     writeHeader(segment, mapping_bytes);
+    segment.huge_advised = false;
     segment.huge_block_offset = Segment.metadata_bytes;
     segment.huge_alignment = 1;
     segment.pages[0] = .{ .area = @as([*]u8, @ptrCast(segment)) + Segment.metadata_bytes, .used = 0, .capacity = 1, .reserved = 1 };
@@ -371,12 +429,14 @@ fn writeHeader(segment: *Segment, mapping_bytes: usize) void {
     segment.in_with_free = false;
     segment.in_with_run = false;
     segment.huge_mapping_bytes = mapping_bytes;
+    segment.huge_fresh = false;
 }
 
 /// Frees a huge block, from any thread: into the calling thread's cache
 /// when it may go there, else back to the OS.
 pub fn free(segment: *Segment) void {
     assert(segment.kind == .huge);
+    if (segment.huge_fresh) scoreTouch(segment);
     const heap = thread.current();
     if (heap == &Heap.empty or !cacheable(segment.huge_alignment)) return unmap(segment);
     // Monotonic: a cached mapping holds no live block (statistics read it).

@@ -196,6 +196,23 @@ pub fn adviseHugePages(ptr: [*]u8, len: usize) void {
     backend.adviseHugePages(@intFromPtr(ptr), len);
 }
 
+/// The transparent huge page that adviseHugePages asks for (x86_64 and
+/// aarch64 with 4 KiB pages); 0 where the system has none to give.
+pub const huge_page_bytes: usize = if (builtin.os.tag == .linux) 2 * 1024 * 1024 else 0;
+
+/// Kernel pages looked at by `residentPages`: 16 MiB of 4 KiB pages.
+pub const resident_sample_pages = 4096;
+
+pub const Resident = struct { resident: usize, total: usize };
+
+/// How many of the first kernel pages of [ptr, ptr+len) (at most
+/// `resident_sample_pages`) are resident; null where the system cannot
+/// tell (then nothing asks for huge pages either). One system call.
+pub fn residentPages(ptr: [*]u8, len: usize) ?Resident {
+    assert(@intFromPtr(ptr) % pageSize() == 0);
+    return backend.residentPages(@intFromPtr(ptr), @min(len, resident_sample_pages * pageSize()));
+}
+
 /// Makes [ptr, ptr+len) inaccessible (a guard page); false if the system
 /// refuses (out of memory for the split mapping) or cannot (`can_protect`).
 pub fn protectNone(ptr: [*]u8, len: usize) bool {

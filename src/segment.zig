@@ -163,6 +163,11 @@ pub const Segment = extern struct {
     huge_block_offset: usize,
     /// Alignment the block was requested with (kept for moving remaps).
     huge_alignment: usize,
+    /// A fresh mapping whose block was not freed yet: its first free tells
+    /// how much of it the program touched (huge.zig, huge pages).
+    huge_fresh: bool,
+    /// The whole mapping asked for huge pages (kept while cached).
+    huge_advised: bool,
 
     // ---- Owner only (or the cache holding it) ----
     /// The owner's decay period (Heap.period_index) in which free memory
@@ -312,6 +317,8 @@ pub const Segment = extern struct {
         segment.with_run = .{};
         segment.huge_mapping_bytes = 0;
         segment.huge_block_offset = 0;
+        segment.huge_fresh = false;
+        segment.huge_advised = false;
         segment.huge_alignment = 0;
         segment.freed_period = 0;
         segment.resident_mask = 0;

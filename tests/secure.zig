@@ -118,7 +118,8 @@ test "hardened: guard pages end segments and huge blocks" {
 }
 
 /// The permissions of the mapping that holds `address`, from
-/// /proc/self/maps ("rw-p", "---p", ...).
+/// /proc/self/maps ("rw-p", "---p", ...). Read a piece at a time: after
+/// the thread tests the file holds tens of thousands of mappings.
 fn permissionsAt(address: usize) ![]const u8 {
     const linux = std.os.linux;
     const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/maps", .{}, 0);
@@ -126,22 +127,31 @@ fn permissionsAt(address: usize) ![]const u8 {
     const fd: linux.fd_t = @intCast(fd_rc);
     defer _ = linux.close(fd);
     const Static = struct {
-        var buffer: [1 << 20]u8 = undefined;
+        var buffer: [64 * 1024]u8 = undefined;
+        var found: [4]u8 = undefined;
     };
-    var len: usize = 0;
-    while (len < Static.buffer.len) {
-        const n = linux.read(fd, Static.buffer[len..].ptr, Static.buffer.len - len);
+    // Bytes of a line cut at the end of the previous read, at the start.
+    var kept: usize = 0;
+    while (true) {
+        const n = linux.read(fd, Static.buffer[kept..].ptr, Static.buffer.len - kept);
         if (linux.errno(n) != .SUCCESS or n == 0) break;
-        len += n;
-    }
-    var lines = std.mem.tokenizeScalar(u8, Static.buffer[0..len], '\n');
-    while (lines.next()) |line| {
-        // "start-end perms offset ..."
-        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
-        const space = std.mem.indexOfScalar(u8, line, ' ') orelse continue;
-        const start = try std.fmt.parseInt(usize, line[0..dash], 16);
-        const end = try std.fmt.parseInt(usize, line[dash + 1 .. space], 16);
-        if (address >= start and address < end) return line[space + 1 .. space + 5];
+        const len = kept + n;
+        // Whole lines only; a line is far shorter than the buffer.
+        const whole = (std.mem.lastIndexOfScalar(u8, Static.buffer[0..len], '\n') orelse return error.TestCannotReadMaps) + 1;
+        var lines = std.mem.tokenizeScalar(u8, Static.buffer[0..whole], '\n');
+        while (lines.next()) |line| {
+            // "start-end perms offset ..."
+            const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
+            const space = std.mem.indexOfScalar(u8, line, ' ') orelse continue;
+            const start = try std.fmt.parseInt(usize, line[0..dash], 16);
+            const end = try std.fmt.parseInt(usize, line[dash + 1 .. space], 16);
+            if (address >= start and address < end) {
+                @memcpy(&Static.found, line[space + 1 .. space + 5]);
+                return &Static.found;
+            }
+        }
+        kept = len - whole;
+        std.mem.copyForwards(u8, Static.buffer[0..kept], Static.buffer[whole..len]);
     }
     return error.TestAddressNotMapped;
 }

@@ -84,6 +84,16 @@ pub fn adviseHugePages(address: usize, len: usize) void {
     _ = linux.madvise(@ptrFromInt(address), len, linux.MADV.HUGEPAGE);
 }
 
+pub fn residentPages(address: usize, len: usize) ?os.Resident {
+    var vector: [os.resident_sample_pages]u8 = undefined;
+    const pages = std.math.divCeil(usize, len, os.pageSize()) catch unreachable;
+    assert(pages <= vector.len);
+    if (linux.errno(linux.mincore(@ptrFromInt(address), len, &vector)) != .SUCCESS) return null;
+    var resident: usize = 0;
+    for (vector[0..pages]) |v| resident += v & 1;
+    return .{ .resident = resident, .total = pages };
+}
+
 pub fn protectNone(address: usize, len: usize) bool {
     return linux.errno(linux.mprotect(@ptrFromInt(address), len, .{})) == .SUCCESS;
 }
