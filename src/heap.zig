@@ -50,6 +50,10 @@ pub const retain_bytes_max = 1024 * 1024;
 /// from other threads even when their memory is purged.
 pub const spare_count_max = if (@bitSizeOf(usize) >= 64) 16 else 4;
 
+/// Whether a heap emptied by an absorber keeps an empty segment for its
+/// next thread (see absorb): where address space is plentiful.
+const shells_keep_segments = @bitSizeOf(usize) >= 64;
+
 /// Segments are spread over this many lists per heap by address bits: one
 /// per bit of the `notice_groups` word.
 const segment_group_count = @bitSizeOf(usize);
@@ -797,8 +801,14 @@ pub const Heap = struct {
         // ours, for the thread that takes it next (thread.zig): that thread
         // then maps no segment, while we would keep them as spares we may
         // never use. Their free memory goes back now: no thread runs the
-        // shell's purges.
-        if (other.spares.count == 0) {
+        // shell's purges. Not on 32-bit targets, whose address space holds
+        // a few hundred segments: there shells keep nothing.
+        if (!shells_keep_segments) {
+            while (other.spares.pop()) |spare| {
+                purge.shrank(heap, spare.purgeDirty());
+                spare.destroy();
+            }
+        } else if (other.spares.count == 0) {
             if (heap.spares.pop()) |spare| {
                 // Monotonic: an empty segment; nobody frees into it.
                 spare.owner.store(other, .monotonic);

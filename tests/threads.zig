@@ -414,7 +414,11 @@ test "crowd: 20,000 threads alive at once each get memory, and the next 20,000 r
     // Hardened, a segment's guard splits its mapping, and the second wave
     // may meet the first's spare segments besides its own: leave room.
     const mappings_per_thread: usize = if (kennel.config.hardening.guard_pages) 5 else 3;
-    const count_max = @min(util.scaled(crowd_thread_count), (util.mapCountMax() -| 4096) / mappings_per_thread);
+    // On 32-bit targets every heap's 4 MiB segment comes out of 4 GiB of
+    // address space at most: a few hundred threads that each hold a block
+    // fill it (a limit of the address space, not of the registry).
+    const address_space_threads: usize = if (@bitSizeOf(usize) >= 64) crowd_thread_count else 256;
+    const count_max = @min(@min(util.scaled(crowd_thread_count), address_space_threads), (util.mapCountMax() -| 4096) / mappings_per_thread);
     if (count_max < crowd_thread_count) {
         std.debug.print("crowd: vm.max_map_count allows {d} threads here, not {d}\n", .{ count_max, crowd_thread_count });
     }
