@@ -146,7 +146,7 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?[*]align(page_size_min_
         return null;
     };
     assert((address + offset) % alignment == 0);
-    if (address + len_aligned > address_limit) {
+    if (@as(u128, address) + len_aligned > address_limit) {
         // Beyond what the segment map and packed words cover (see
         // `address_bits`): as good as no memory.
         backend.unmap(address, len_aligned);
@@ -233,7 +233,7 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
     if (new_aligned < old_aligned) {
         backend.shrinkInPlace(@intFromPtr(ptr), old_aligned, new_aligned);
     } else {
-        if (@intFromPtr(ptr) + new_aligned > address_limit) return false;
+        if (@as(u128, @intFromPtr(ptr)) + new_aligned > address_limit) return false;
         if (!backend.growInPlace(@intFromPtr(ptr), old_aligned, new_aligned)) return false;
     }
     accountMapped(@as(isize, @intCast(new_aligned)) - @as(isize, @intCast(old_aligned)));
