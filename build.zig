@@ -126,6 +126,9 @@ fn cLibraries(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lan
 fn addCLibrary(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.lang.Optimize, features: Features) CLibraries {
     const version = c_library_version;
     const libs = cLibraries(b, target, optimize, features, "kennel");
+    // Freestanding wasm has no libc, hence no C library: a C program there
+    // has no malloc to replace.
+    if (target.result.os.tag == .freestanding) return libs;
     const shared_ok = !target.result.cpu.arch.isWasm();
     if (shared_ok) b.installArtifact(libs.shared);
     b.installArtifact(libs.static);
@@ -290,6 +293,9 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries, e
     for (test_configs) |config| {
         if (only) |name| if (!std.mem.eql(u8, name, config.name)) continue;
         if (!native and only == null and !isForeignConfig(config.name)) continue;
+        // Freestanding: std.testing prints failures through std.Io, which
+        // needs an OS; the example program is what builds there.
+        if (target.result.os.tag == .freestanding) continue;
         const kennel = kennelModule(b, target, config.optimize, config.features, config.single_threaded, config.link_libc);
         const runner: std.Build.Step.Compile.TestRunner = .{ .path = b.path("tests/runner.zig"), .mode = .simple };
         const unit = b.addTest(.{ .name = b.fmt("unit-{s}", .{config.name}), .root_module = kennel, .filters = filters, .test_runner = runner });

@@ -136,9 +136,9 @@ fn aligned_alloc(alignment: usize, size: usize) callconv(.c) ?*anyopaque {
 }
 
 fn posix_memalign(result: *?*anyopaque, alignment: usize, size: usize) callconv(.c) c_int {
-    if (!isPowerOfTwo(alignment) or alignment % @sizeOf(*anyopaque) != 0) return @backingInt(std.c.E.INVAL);
+    if (!isPowerOfTwo(alignment) or alignment % @sizeOf(*anyopaque) != 0) return errorCode(.INVAL);
     const a = @max(alignment, max_align_bytes);
-    const ptr = Heap.alloc(size, a) orelse return @backingInt(std.c.E.NOMEM);
+    const ptr = Heap.alloc(size, a) orelse return errorCode(.NOMEM);
     check.afterAlloc(ptr, null, a, false);
     result.* = ptr;
     return 0;
@@ -250,8 +250,18 @@ fn allocAligned(alignment: usize, size: usize) ?*anyopaque {
     return ptr;
 }
 
-fn failWith(e: std.c.E) ?*anyopaque {
-    std.c._errno().* = @backingInt(e);
+/// The error codes the C functions report. wasm32-freestanding has no libc,
+/// so no errno: there the codes are returned (posix_memalign) and nothing
+/// is set.
+const has_errno = builtin.os.tag != .freestanding;
+const Errno = if (has_errno) std.c.E else enum(c_int) { NOMEM = 12, INVAL = 22 };
+
+fn errorCode(e: Errno) c_int {
+    return @intCast(@backingInt(e));
+}
+
+fn failWith(e: Errno) ?*anyopaque {
+    if (has_errno) std.c._errno().* = @backingInt(e);
     return null;
 }
 
