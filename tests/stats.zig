@@ -94,7 +94,9 @@ test "stats: threads that end holding blocks, and frees from other threads" {
     const done = kennel.stats();
     try std.testing.expectEqual(before.blocksLive(), done.blocksLive());
     try std.testing.expectEqual(before.block_bytes, done.block_bytes);
-    try std.testing.expectEqual(@as(usize, 0), done.abandoned_pages);
+    // Hardened with a quarantine, the blocks this thread freed last still
+    // wait in it (counted as free above) and keep their pages in use.
+    if (!kennel.config.hardening.quarantine) try std.testing.expectEqual(@as(usize, 0), done.abandoned_pages);
     if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, done.requested_bytes.?);
 }
 
