@@ -108,17 +108,17 @@ fn zeroSize() ?*anyopaque {
 fn calloc(count: usize, size: usize) callconv(.c) ?*anyopaque {
     const len = std.math.mul(usize, count, size) catch return outOfMemory();
     if (config.hardening.zero_size and len == 0) return zeroSize();
-    const request = check.cRequest(len) orelse return outOfMemory();
-    // Guarded freed large blocks are accessible only after afterAlloc.
-    if (config.valgrind or (config.hardening.guard_freed_large and request <= size_class.block_size_max_bytes)) {
+    // Hardened: guarded freed large blocks are accessible only after
+    // afterAlloc.
+    if (config.valgrind or (config.hardening.guard_freed_large and len < size_class.block_size_max_bytes)) {
         // Memcheck must know the block before kennel clears it: a reused
         // block is inaccessible to everyone until then.
-        const ptr = Heap.alloc(request, max_align_bytes) orelse return outOfMemory();
+        const ptr = Heap.alloc(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
         check.afterAlloc(ptr, null, max_align_bytes, false);
         @memset(ptr[0..len], 0);
         return ptr;
     }
-    const ptr = Heap.allocZeroed(request, max_align_bytes) orelse return outOfMemory();
+    const ptr = Heap.allocZeroed(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
     check.afterAlloc(ptr, null, max_align_bytes, true);
     return ptr;
 }
@@ -292,7 +292,7 @@ fn onLoad() callconv(.c) void {
     show_stats = envFlag("KENNEL_SHOW_STATS");
     os.verbose = envFlag("KENNEL_VERBOSE");
     if (config.fill_freed_available) secure.fill_freed = envFlag("KENNEL_FILL_FREED") or config.fill_freed_default;
-    if (config.hardening.guard_pages) guard_handler.install();
+    if (config.hardening.guard_pages or config.hardening.zero_size or config.hardening.guard_freed_large) guard_handler.install();
     if (os.verbose) describe();
 }
 
@@ -327,7 +327,8 @@ fn onOff(on: bool) []const u8 {
     return if (on) "on" else "off";
 }
 
-/// Hardened: a SIGSEGV handler that names kennel's guard pages. Installed
+/// Hardened: a SIGSEGV handler that names kennel's guard pages, zero-size
+/// blocks and guarded freed large blocks. Installed
 /// at load only if the program has none yet (a program's own handler,
 /// installed later, replaces it). A fault elsewhere goes on as if the
 /// handler did not exist: default action, re-raised.
@@ -353,6 +354,12 @@ const guard_handler = struct {
         if (check.guardHit(address)) |base| {
             os.fatal("heap overflow: access to the guard page at 0x{x} (end of the kennel mapping at 0x{x})", .{ address, base });
         }
+        if (config.hardening.zero_size and secure.isZeroSize(@ptrFromInt(address)))
+            os.fatal("access to the zero-size block at 0x{x} (malloc(0))", .{address});
+        // A fault inside a large block is an access to it while freed: a
+        // live one is accessible throughout.
+        if (check.largeBlockHit(address)) |block|
+            os.fatal("use after free: access to 0x{x} in the freed block 0x{x}", .{ address, block });
         // SA_RESETHAND restored the default: returning re-runs the access,
         // which now ends the process as it would have without us.
     }

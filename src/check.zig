@@ -311,6 +311,26 @@ pub fn guardHit(address: usize) ?usize {
     return null;
 }
 
+/// If `address` lies in a block of a large page (above 64 KiB, whose freed
+/// blocks are guarded: config.hardening.guard_freed_large), that block's
+/// start. Safe in a signal handler, as `guardHit` is.
+pub fn largeBlockHit(address: usize) ?usize {
+    if (!config.hardening.guard_freed_large) return null;
+    segment_mod.segment_map.beginRead();
+    defer segment_mod.segment_map.endRead();
+    const base = address & ~@as(usize, segment_mod.segment_size_bytes - 1);
+    if (!segment_mod.segment_map.contains(base)) return null;
+    const segment: *Segment = @ptrFromInt(base);
+    // Monotonic: a snapshot of fields set up before any block was handed out.
+    if (@atomicLoad(segment_mod.Kind, &segment.kind, .monotonic) != .large) return null;
+    const page = &segment.pages[0];
+    const block_size = @atomicLoad(u32, &page.block_size, .monotonic);
+    const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
+    const area = @intFromPtr(page.area);
+    if (block_size == 0 or address < area or address - area >= @as(usize, capacity) * block_size) return null;
+    return area + (address - area) / block_size * block_size;
+}
+
 fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) noreturn {
     os.fatal(function ++ "(): invalid pointer 0x{x}: " ++ why, .{@intFromPtr(ptr)});
 }
