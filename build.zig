@@ -4,7 +4,7 @@ pub fn build(b: *std.Build) void {
     const target = b.standardTargetOptions(.{});
     // An allocator is built to be fast: ReleaseFast unless told otherwise.
     const optimize = b.option(std.lang.Optimize, "optimize", "Prioritize performance, safety, or binary size (default: fast)") orelse .fast;
-    const secure = b.option(bool, "secure", "Hardened allocator: checked frees, encoded free lists, guard pages, random block order, canaries") orelse false;
+    const secure = b.option(bool, "secure", "Hardened allocator: checked frees, encoded free lists, guard pages, random block order, canaries, zeroed freed blocks, quarantine, zero-size blocks, guarded freed large blocks") orelse false;
     var features: Features = if (secure) .secure else .{};
     features.fill_freed = b.option(bool, "fill-freed", "Fill freed blocks with 0xdf, so reads after free see a pattern") orelse false;
     features.valgrind = b.option(bool, "valgrind", "Describe blocks to valgrind's memcheck with client requests") orelse false;
@@ -64,12 +64,26 @@ pub const Features = struct {
     guard_pages: bool = false,
     randomize: bool = false,
     canary: bool = false,
+    zero_freed: bool = false,
+    quarantine: bool = false,
+    zero_size: bool = false,
+    guard_freed_large: bool = false,
     fill_freed: bool = false,
     valgrind: bool = false,
     count_requested: bool = false,
 
     /// Every hardening feature (fill_freed stays a separate choice).
-    pub const secure: Features = .{ .check_frees = true, .encode_lists = true, .guard_pages = true, .randomize = true, .canary = true };
+    pub const secure: Features = .{
+        .check_frees = true,
+        .encode_lists = true,
+        .guard_pages = true,
+        .randomize = true,
+        .canary = true,
+        .zero_freed = true,
+        .quarantine = true,
+        .zero_size = true,
+        .guard_freed_large = true,
+    };
 
     pub fn module(f: Features, b: *std.Build) *std.Build.Module {
         const options = b.addOptions();
@@ -186,6 +200,9 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         .{ .name = "kennel-guard-pages", .allocator = "kennel", .features = .{ .guard_pages = true }, .enabled = with_hardening },
         .{ .name = "kennel-randomize", .allocator = "kennel", .features = .{ .randomize = true }, .enabled = with_hardening },
         .{ .name = "kennel-canary", .allocator = "kennel", .features = .{ .canary = true }, .enabled = with_hardening },
+        .{ .name = "kennel-zero-freed", .allocator = "kennel", .features = .{ .zero_freed = true }, .enabled = with_hardening },
+        .{ .name = "kennel-quarantine", .allocator = "kennel", .features = .{ .quarantine = true }, .enabled = with_hardening },
+        .{ .name = "kennel-guard-freed-large", .allocator = "kennel", .features = .{ .guard_freed_large = true }, .enabled = with_hardening },
         .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true }, .enabled = with_hardening },
         .{ .name = "smp", .allocator = "smp" },
         .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
@@ -255,6 +272,9 @@ const test_configs = [_]struct {
     .{ .name = "guard-pages-debug", .optimize = .debug, .features = .{ .guard_pages = true }, .suite = "tests/conformance.zig" },
     .{ .name = "randomize-debug", .optimize = .debug, .features = .{ .randomize = true }, .suite = "tests/conformance.zig" },
     .{ .name = "canary-debug", .optimize = .debug, .features = .{ .canary = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "zero-freed-debug", .optimize = .debug, .features = .{ .zero_freed = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "quarantine-debug", .optimize = .debug, .features = .{ .quarantine = true }, .suite = "tests/conformance.zig" },
+    .{ .name = "guard-freed-large-debug", .optimize = .debug, .features = .{ .guard_freed_large = true }, .suite = "tests/conformance.zig" },
     .{ .name = "fill-freed-debug", .optimize = .debug, .features = .{ .fill_freed = true }, .suite = "tests/conformance.zig" },
 };
 

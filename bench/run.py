@@ -98,7 +98,8 @@ PEER_LIBRARIES = {
 PRELOAD_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 # make bench-secure: the fast build, the hardened one, each feature alone.
 HARDENED_ALLOCATORS = ["kennel", "kennel-secure", "kennel-check-frees", "kennel-encode-lists", "kennel-guard-pages",
-                       "kennel-randomize", "kennel-canary", "kennel-fill-freed"]
+                       "kennel-randomize", "kennel-canary", "kennel-zero-freed", "kennel-quarantine",
+                       "kennel-guard-freed-large", "kennel-fill-freed"]
 
 
 def log(msg):

@@ -27,6 +27,7 @@ const stats_mod = @import("stats.zig");
 const size_class = @import("size_class.zig");
 const purge = @import("purge.zig");
 const cxx = @import("cxx.zig");
+const quarantine = @import("quarantine.zig");
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -82,28 +83,42 @@ fn exportBoth(comptime name: []const u8, comptime function: anytype) void {
 }
 
 fn malloc(size: usize) callconv(.c) ?*anyopaque {
-    const ptr = Heap.alloc(size, max_align_bytes) orelse return outOfMemory();
+    if (config.hardening.zero_size and size == 0) return zeroSize();
+    const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
     check.afterAlloc(ptr, null, max_align_bytes, false);
     return ptr;
 }
 
 fn free(ptr: ?*anyopaque) callconv(.c) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
+    if (config.hardening.zero_size and secure.isZeroSize(p)) return;
     check.beforeFree(p, null, "free");
-    Heap.free(p);
+    if (config.hardening.quarantine) quarantine.hold(p) else Heap.free(p);
+}
+
+/// malloc(0), hardened: an address that faults on any access.
+fn zeroSize() ?*anyopaque {
+    return secure.zeroSizeBlock() orelse {
+        const ptr = Heap.alloc(check.c_tail_bytes, max_align_bytes) orelse return outOfMemory();
+        check.afterAlloc(ptr, null, max_align_bytes, false);
+        return ptr;
+    };
 }
 
 fn calloc(count: usize, size: usize) callconv(.c) ?*anyopaque {
     const len = std.math.mul(usize, count, size) catch return outOfMemory();
-    if (config.valgrind) {
+    if (config.hardening.zero_size and len == 0) return zeroSize();
+    // Hardened: guarded freed large blocks are accessible only after
+    // afterAlloc.
+    if (config.valgrind or (config.hardening.guard_freed_large and len < size_class.block_size_max_bytes)) {
         // Memcheck must know the block before kennel clears it: a reused
         // block is inaccessible to everyone until then.
-        const ptr = Heap.alloc(len, max_align_bytes) orelse return outOfMemory();
+        const ptr = Heap.alloc(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
         check.afterAlloc(ptr, null, max_align_bytes, false);
         @memset(ptr[0..len], 0);
         return ptr;
     }
-    const ptr = Heap.allocZeroed(len, max_align_bytes) orelse return outOfMemory();
+    const ptr = Heap.allocZeroed(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
     check.afterAlloc(ptr, null, max_align_bytes, true);
     return ptr;
 }
@@ -114,8 +129,11 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
         free(ptr);
         return null;
     }
-    const old_size = check.validate(p, "realloc").usable;
-    if (Heap.remap(p, max_align_bytes, size)) |same_or_moved| {
+    if (config.hardening.zero_size and secure.isZeroSize(p)) return malloc(size);
+    const checked = check.validate(p, "realloc");
+    if (check.c_tail_bytes != 0) check.checkTailCanary(p, checked.usable, "realloc");
+    const old_size = checked.usable - check.c_tail_bytes;
+    if (Heap.remap(p, max_align_bytes, check.cRequest(size) orelse return outOfMemory())) |same_or_moved| {
         check.afterResize(p, old_size, same_or_moved, null);
         return same_or_moved;
     }
@@ -138,7 +156,7 @@ fn aligned_alloc(alignment: usize, size: usize) callconv(.c) ?*anyopaque {
 fn posix_memalign(result: *?*anyopaque, alignment: usize, size: usize) callconv(.c) c_int {
     if (!isPowerOfTwo(alignment) or alignment % @sizeOf(*anyopaque) != 0) return errorCode(.INVAL);
     const a = @max(alignment, max_align_bytes);
-    const ptr = Heap.alloc(size, a) orelse return errorCode(.NOMEM);
+    const ptr = Heap.alloc(check.cRequest(size) orelse return errorCode(.NOMEM), a) orelse return errorCode(.NOMEM);
     check.afterAlloc(ptr, null, a, false);
     result.* = ptr;
     return 0;
@@ -162,7 +180,8 @@ fn pvalloc(size: usize) callconv(.c) ?*anyopaque {
 
 fn malloc_usable_size(ptr: ?*anyopaque) callconv(.c) usize {
     const p: [*]u8 = @ptrCast(ptr orelse return 0);
-    return check.validate(p, "malloc_usable_size").usable;
+    if (config.hardening.zero_size and secure.isZeroSize(p)) return 0;
+    return check.validate(p, "malloc_usable_size").usable - check.c_tail_bytes;
 }
 
 fn free_sized(ptr: ?*anyopaque, size: usize) callconv(.c) void {
@@ -245,7 +264,7 @@ fn isPowerOfTwo(x: usize) bool {
 }
 
 fn allocAligned(alignment: usize, size: usize) ?*anyopaque {
-    const ptr = Heap.alloc(size, alignment) orelse return outOfMemory();
+    const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), alignment) orelse return outOfMemory();
     check.afterAlloc(ptr, null, alignment, false);
     return ptr;
 }
@@ -283,7 +302,7 @@ fn onLoad() callconv(.c) void {
     show_stats = envFlag("KENNEL_SHOW_STATS");
     os.verbose = envFlag("KENNEL_VERBOSE");
     if (config.fill_freed_available) secure.fill_freed = envFlag("KENNEL_FILL_FREED") or config.fill_freed_default;
-    if (config.hardening.guard_pages) guard_handler.install();
+    if (config.hardening.guard_pages or config.hardening.zero_size or config.hardening.guard_freed_large) guard_handler.install();
     if (os.verbose) describe();
 }
 
@@ -305,8 +324,9 @@ fn describe() void {
     os.note("kennel {s} library: {d} size classes up to {d} bytes, segments of {d} bytes", .{
         if (config.secure) "hardened" else "fast", size_class.class_count, size_class.block_size_max_bytes, @import("segment.zig").segment_size_bytes,
     });
-    os.note("hardening: checked frees {s}, encoded free lists {s}, guard pages {s}, random block order {s}, fill freed {s}", .{
-        onOff(h.check_frees), onOff(h.encode_lists), onOff(h.guard_pages), onOff(h.randomize), onOff(config.fill_freed_available and secure.fill_freed),
+    os.note("hardening: checked frees {s}, encoded free lists {s}, guard pages {s}, random block order {s}, canaries {s}, zeroed freed blocks {s}, quarantine {s}, zero-size blocks {s}, guarded freed large blocks {s}, fill freed {s}", .{
+        onOff(h.check_frees), onOff(h.encode_lists), onOff(h.guard_pages), onOff(h.randomize),         onOff(h.canary),
+        onOff(h.zero_freed),  onOff(h.quarantine),   onOff(h.zero_size),   onOff(h.guard_freed_large), onOff(config.fill_freed_available and secure.fill_freed and !h.zero_freed),
     });
     os.note("free memory idle through a {d} ms period goes back to the OS by halves, at once past {d} bytes for all threads together; statistics at exit {s}", .{
         purge.decay_period_ns / std.time.ns_per_ms, purge.budgetBytes(), onOff(show_stats),
@@ -317,7 +337,8 @@ fn onOff(on: bool) []const u8 {
     return if (on) "on" else "off";
 }
 
-/// Hardened: a SIGSEGV handler that names kennel's guard pages. Installed
+/// Hardened: a SIGSEGV handler that names kennel's guard pages, zero-size
+/// blocks and guarded freed large blocks. Installed
 /// at load only if the program has none yet (a program's own handler,
 /// installed later, replaces it). A fault elsewhere goes on as if the
 /// handler did not exist: default action, re-raised.
@@ -343,6 +364,12 @@ const guard_handler = struct {
         if (check.guardHit(address)) |base| {
             os.fatal("heap overflow: access to the guard page at 0x{x} (end of the kennel mapping at 0x{x})", .{ address, base });
         }
+        if (config.hardening.zero_size and secure.isZeroSize(@ptrFromInt(address)))
+            os.fatal("access to the zero-size block at 0x{x} (malloc(0))", .{address});
+        // A fault inside a large block is an access to it while freed: a
+        // live one is accessible throughout.
+        if (check.largeBlockHit(address)) |block|
+            os.fatal("use after free: access to 0x{x} in the freed block 0x{x}", .{ address, block });
         // SA_RESETHAND restored the default: returning re-runs the access,
         // which now ends the process as it would have without us.
     }

@@ -16,8 +16,10 @@
 //!   atomic read-modify-write. A free that finds the bit clear is a double
 //!   free, whatever the program wrote into the freed block, and of two
 //!   threads freeing a block at once exactly one finds it set.
-//! - Hardened extras: canaries after the requested length (Zig) and the
-//!   fill of freed blocks (secure.zig).
+//! - Hardened extras: canaries after the requested length (Zig) or at the
+//!   end of every block (C), zeroing freed blocks and checking them when
+//!   handed out again, guarding freed large blocks, and the fill of freed
+//!   blocks (secure.zig).
 //! - With -Dvalgrind, blocks are described to memcheck (memcheck.zig).
 //!
 //! A failed check prints one line naming the fault and the pointer and
@@ -46,6 +48,21 @@ comptime {
 
 /// The first two words of a block: its free-list link and its freed mark.
 pub const Words = [2]usize;
+
+/// C (hardened with canaries): bytes at the end of every block that hold its
+/// canary; malloc_usable_size leaves them out and every C allocation asks
+/// the heap for that many more.
+pub const c_tail_bytes = if (config.hardening.canary and config.c_library) secure.tail_canary_bytes else 0;
+
+/// The bytes a C request of `size` asks of the heap; null if too many.
+pub inline fn cRequest(size: usize) ?usize {
+    if (c_tail_bytes == 0) return size;
+    return std.math.add(usize, size, c_tail_bytes) catch null;
+}
+
+/// Whether handing a block out or freeing it looks at the block itself:
+/// zeroing and its check, guarding large ones.
+const scrubs = config.hardening.zero_freed or config.hardening.guard_freed_large;
 
 /// The fast C library's freed mark: "Kennel F" ("el F" in a 32-bit word).
 const plain_mark: usize = @truncate(0x4b656e6e656c2046);
@@ -157,8 +174,22 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
         @atomicStore(usize, &block[1], 0, .monotonic);
         memcheck.wordDone(&block[1]);
     }
-    if (config.hardening.canary) if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr));
+    if (scrubs) reuse(ptr, alignment);
+    if (config.hardening.canary) {
+        if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + Heap.usableSize(ptr));
+    }
     if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
+}
+
+/// A block is handed out (zero_freed, guard_freed_large): a large one's
+/// guarded pages become accessible, and everything past its link must still
+/// be zero, or it was written while free.
+fn reuse(ptr: [*]u8, alignment: usize) void {
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) return;
+    const block: [*]u8 = @ptrCast(blockOf(ptr, alignment));
+    if (secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes)) |offset|
+        os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
 }
 
 /// Sets the live bit of a block just handed out (hardened).
@@ -176,7 +207,9 @@ fn markLive(ptr: [*]u8, alignment: usize) void {
 /// After a block was resized: in place (`new == old`) or moved whole (huge).
 /// Lengths as in `afterAlloc`.
 pub inline fn afterResize(old: [*]u8, old_len: ?usize, new: [*]u8, new_len: ?usize) void {
-    if (config.hardening.canary) if (new_len) |n| secure.writeCanary(new, n, Heap.usableSize(new));
+    if (config.hardening.canary) {
+        if (new_len) |n| secure.writeCanary(new, n, Heap.usableSize(new)) else if (c_tail_bytes != 0) secure.writeTailCanary(new + Heap.usableSize(new));
+    }
     if (!config.valgrind) return;
     const len = new_len orelse Heap.usableSize(new);
     if (new == old) memcheck.resized(new, old_len.?, len) else memcheck.moved(old, new, len);
@@ -189,6 +222,7 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
     defer memcheck.freed(ptr);
     if (!config.validate_frees) {
         if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, Heap.usableSize(ptr));
+        if (scrubs) scrubUnchecked(ptr);
         if (config.fill_freed_available) fillFreed(ptr);
         return;
     }
@@ -197,8 +231,16 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
     // line once two callers share one instance, which costs a call and the
     // spills around it on every free.
     const checked = @call(.always_inline, validate, .{ ptr, function });
-    if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, checked.usable);
+    if (config.hardening.canary) {
+        if (len) |n| checkCanary(ptr, n, checked.usable) else if (c_tail_bytes != 0) checkTailCanary(ptr, checked.usable, function);
+    }
     markFreed(ptr, checked, function);
+    if (scrubs and checked.huge == null) {
+        const block: [*]u8 = @ptrCast(checked.block);
+        // The fast C library's freed mark (second word) stays.
+        const keep = if (config.hardening.check_frees) secure.link_bytes else @sizeOf(Words);
+        secure.scrubFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block), keep);
+    }
     if (config.fill_freed_available and checked.huge == null) {
         const block: [*]u8 = @ptrCast(checked.block);
         secure.fillFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block));
@@ -208,6 +250,22 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
 fn checkCanary(ptr: [*]u8, len: usize, usable: usize) void {
     if (!secure.canaryIntact(ptr, len, usable))
         os.fatal("heap overflow: the bytes after the {d}-byte block at 0x{x} were overwritten", .{ len, @intFromPtr(ptr) });
+}
+
+/// C: the canary at the end of the block whose pointer `ptr` has `usable`
+/// bytes to its end (canary included) must be intact.
+pub fn checkTailCanary(ptr: [*]u8, usable: usize, comptime function: []const u8) void {
+    if (!secure.tailCanaryIntact(ptr + usable))
+        os.fatal(function ++ "(): heap overflow: the canary at the end of the block 0x{x} was overwritten (a write past its usable size, or before the block above it)", .{@intFromPtr(ptr)});
+}
+
+/// Zeroing and guarding without validation (a build without checked frees).
+fn scrubUnchecked(ptr: [*]u8) void {
+    const segment = Segment.ofPtr(ptr);
+    if (segment.kind == .huge) return;
+    const page = segment.pageOf(ptr);
+    const block: [*]u8 = if (page.loadFlags().has_aligned) @ptrCast(page.blockStart(ptr)) else ptr;
+    secure.scrubFreed(block, page.block_size, secure.link_bytes);
 }
 
 /// The fill without validation (a build with the fill alone).
@@ -252,6 +310,26 @@ pub fn guardHit(address: usize) ?usize {
         base -= segment_mod.segment_size_bytes;
     }
     return null;
+}
+
+/// If `address` lies in a block of a large page (above 64 KiB, whose freed
+/// blocks are guarded: config.hardening.guard_freed_large), that block's
+/// start. Safe in a signal handler, as `guardHit` is.
+pub fn largeBlockHit(address: usize) ?usize {
+    if (!config.hardening.guard_freed_large) return null;
+    segment_mod.segment_map.beginRead();
+    defer segment_mod.segment_map.endRead();
+    const base = address & ~@as(usize, segment_mod.segment_size_bytes - 1);
+    if (!segment_mod.segment_map.contains(base)) return null;
+    const segment: *Segment = @ptrFromInt(base);
+    // Monotonic: a snapshot of fields set up before any block was handed out.
+    if (@atomicLoad(segment_mod.Kind, &segment.kind, .monotonic) != .large) return null;
+    const page = &segment.pages[0];
+    const block_size = @atomicLoad(u32, &page.block_size, .monotonic);
+    const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
+    const area = @intFromPtr(page.area);
+    if (block_size == 0 or address < area or address - area >= @as(usize, capacity) * block_size) return null;
+    return area + (address - area) / block_size * block_size;
 }
 
 fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) noreturn {

@@ -41,8 +41,21 @@ pub const Hardening = struct {
     /// A fresh page hands out its blocks in random order.
     randomize: bool,
     /// The slack after a Zig allocation's requested length holds a canary,
-    /// checked at free.
+    /// checked at free; in C the last 8 bytes of every block (outside what
+    /// malloc_usable_size reports) hold one, checked at free and realloc.
     canary: bool,
+    /// Freed blocks are zeroed (blocks above 64 KiB: their first kernel
+    /// page, the rest purged) and checked to be zero when handed out again.
+    zero_freed: bool,
+    /// Freed blocks up to 64 KiB wait in a per-heap ring of bounded bytes
+    /// before they are reused; a random one leaves when it is full.
+    quarantine: bool,
+    /// C: malloc(0) returns a unique pointer into a reserved inaccessible
+    /// region, which free accepts.
+    zero_size: bool,
+    /// Freed blocks above 64 KiB are inaccessible past their first kernel
+    /// page (and their memory purged) until handed out again.
+    guard_freed_large: bool,
 };
 
 pub const hardening: Hardening = .{
@@ -51,11 +64,16 @@ pub const hardening: Hardening = .{
     .guard_pages = options.guard_pages,
     .randomize = options.randomize,
     .canary = options.canary,
+    .zero_freed = options.zero_freed,
+    .quarantine = options.quarantine,
+    .zero_size = options.zero_size,
+    .guard_freed_large = options.guard_freed_large,
 };
 
 /// Any hardening at all (the allocator calls itself hardened).
 pub const secure = hardening.check_frees or hardening.encode_lists or hardening.guard_pages or
-    hardening.randomize or hardening.canary;
+    hardening.randomize or hardening.canary or hardening.zero_freed or hardening.quarantine or
+    hardening.zero_size or hardening.guard_freed_large;
 
 /// Whether frees fill blocks with `secure.fill_byte` at start (-Dfill-freed).
 pub const fill_freed_default = options.fill_freed;

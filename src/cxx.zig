@@ -43,6 +43,8 @@ const std = @import("std");
 const Heap = @import("heap.zig").Heap;
 const check = @import("check.zig");
 const os = @import("os.zig");
+const config = @import("config.zig");
+const quarantine = @import("quarantine.zig");
 
 /// __STDCPP_DEFAULT_NEW_ALIGNMENT__ on x86_64 and aarch64 Linux: what
 /// operator new(size) guarantees, and the least any form hands out.
@@ -110,7 +112,7 @@ fn deleteAligned(ptr: ?*anyopaque, alignment: usize) callconv(.c) void {
 
 inline fn tryAlloc(size: usize, alignment: usize) ?*anyopaque {
     // new(0) is a unique pointer, as malloc(0) is in kennel.
-    const ptr = Heap.alloc(size, alignment) orelse return null;
+    const ptr = Heap.alloc(check.cRequest(size) orelse return null, alignment) orelse return null;
     check.afterAlloc(ptr, null, alignment, false);
     return ptr;
 }
@@ -118,7 +120,7 @@ inline fn tryAlloc(size: usize, alignment: usize) ?*anyopaque {
 inline fn release(ptr: ?*anyopaque) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
     check.beforeFree(p, null, "operator delete");
-    Heap.free(p);
+    if (config.hardening.quarantine) quarantine.hold(p) else Heap.free(p);
 }
 
 /// [new.delete.single]: while allocation fails, call the new-handler and

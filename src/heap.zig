@@ -35,6 +35,8 @@ const huge = @import("huge.zig");
 const thread = @import("thread.zig");
 const config = @import("config.zig");
 const purge = @import("purge.zig");
+const secure = @import("secure.zig");
+const quarantine = @import("quarantine.zig");
 
 /// Requests up to this size (and alignment) take the direct fast path.
 pub const direct_size_max_bytes = 1024;
@@ -115,8 +117,11 @@ pub const Heap = struct {
     orphaned_ns: u64,
     /// Offset index for the next huge block (huge.zig).
     huge_color: u32,
-    /// Generator state for random block order (hardened; never 0 there).
+    /// Generator state for random block order and the quarantine
+    /// (hardened; never 0 there).
     random: u64,
+    /// Freed blocks waiting to be reused (hardened; see quarantine.zig).
+    quarantine: quarantine.Quarantine,
     /// Bytes requested by this heap's thread minus bytes it freed (wrapping;
     /// config.count_requested only). Summed over heaps by stats.zig.
     requested_bytes: usize,
@@ -155,6 +160,7 @@ pub const Heap = struct {
         .orphaned_ns = 0,
         .huge_color = 0,
         .random = 0,
+        .quarantine = .{},
         .requested_bytes = 0,
         .owner = .init(0),
         .owner_tid = if (thread.tid_in_word) {} else .init(0),
@@ -522,6 +528,7 @@ pub const Heap = struct {
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
+        if (config.hardening.zero_freed or config.hardening.guard_freed_large) secure.pageReleased(page.area, page.block_size, page.capacity);
         const had_free = segment.hasFreeSlice();
         heap.dirty_bytes += segment.releasePage(page);
         segment.freed_period = heap.period_index;

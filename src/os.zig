@@ -221,6 +221,14 @@ pub fn protectNone(ptr: [*]u8, len: usize) bool {
     return backend.protectNone(@intFromPtr(ptr), len);
 }
 
+/// Makes [ptr, ptr+len), made inaccessible by `protectNone`, readable and
+/// writable again; false if the system refuses.
+pub fn protectReadWrite(ptr: [*]u8, len: usize) bool {
+    assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
+    if (!can_protect) return false;
+    return backend.protectReadWrite(@intFromPtr(ptr), len);
+}
+
 /// Grows or shrinks the mapping [ptr, ptr+old_len) to new_len without
 /// moving it. Shrinking always works (on Windows the tail is decommitted
 /// and stays reserved until the mapping is unmapped). Growing returns false

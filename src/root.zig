@@ -13,6 +13,7 @@
 //! - heap.zig        a thread's pages; the alloc and free fast paths
 //! - thread.zig      heap ownership, thread exit, adoption, fork
 //! - huge.zig        allocations above 1 MiB, one mapping each; their cache
+//! - secure.zig, check.zig, quarantine.zig  the hardened configuration
 //! - purge.zig       when free memory goes back to the OS
 //! - os.zig          mmap, munmap, madvise, mremap; mapped-byte counts
 const std = @import("std");
@@ -25,6 +26,7 @@ const heap = @import("heap.zig");
 const thread = @import("thread.zig");
 const check = @import("check.zig");
 const secure = @import("secure.zig");
+const quarantine = @import("quarantine.zig");
 const stats_mod = @import("stats.zig");
 const Heap = heap.Heap;
 
@@ -47,7 +49,8 @@ pub const vtable: Allocator.VTable = .{
 
 /// Whether alloc and free do more than the heap's paths: the hardened
 /// checks, or counting requested bytes. Off in the fast configuration.
-const hooked = config.validate_frees or config.hardening.canary or
+const hooked = config.validate_frees or config.hardening.canary or config.hardening.zero_freed or
+    config.hardening.quarantine or config.hardening.guard_freed_large or
     config.fill_freed_available or config.count_requested or config.valgrind;
 
 /// The length asked of the heap: hardened, at least the two words a freed
@@ -91,7 +94,7 @@ fn free(context: *anyopaque, memory: []u8, alignment: Alignment, return_address:
         check.beforeFree(memory.ptr, memory.len, "free");
         countRequested(0, memory.len);
     }
-    Heap.free(memory.ptr);
+    if (config.hardening.quarantine) quarantine.hold(memory.ptr) else Heap.free(memory.ptr);
 }
 
 /// A block kept its place (or moved as a whole) with a new length.
@@ -159,5 +162,6 @@ test {
     _ = @import("segment.zig");
     _ = os;
     _ = secure;
+    _ = quarantine;
     _ = @import("purge.zig");
 }

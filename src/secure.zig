@@ -17,6 +17,24 @@
 //!   for): up to `canary_bytes_max` bytes after the requested length, when
 //!   the block has that slack, hold a pattern derived from their address,
 //!   checked at free.
+//! - Tail canaries (C): the last `tail_canary_bytes` of every block, which
+//!   malloc_usable_size leaves out, hold a word derived from their address,
+//!   checked at free and realloc. A write past the usable size hits it, and
+//!   so does an underflow of up to 8 bytes from the block above (caught when
+//!   the block below is freed, or, free, handed out again: see zeroing).
+//! - Zero on free, check on reuse: a freed block is zeroed whole (above
+//!   `zero_whole_bytes_max`, its first kernel page and any partial last one;
+//!   the kernel pages between are purged, which reads back as zeros on
+//!   Linux), and when handed out again everything past its link word must
+//!   still be zero, or a write after free is reported. Every free block
+//!   satisfies this: fresh memory is zero, freed blocks are zeroed, and a
+//!   page that goes back to its segment has its links cleared
+//!   (`pageReleased`), so the next class's blocks find zeros too.
+//! - Guarded freed large blocks: a freed block above
+//!   `zero_whole_bytes_max` is purged and made inaccessible past its first
+//!   kernel page until handed out again, so a use after free faults.
+//! - Zero-size blocks (C): malloc(0) returns a unique address in a reserved
+//!   region that is never accessible, so any access faults.
 //! - Fill: freed blocks are filled with `fill_byte` past their first two
 //!   words, so a read after free sees the pattern instead of old data.
 //!
@@ -25,6 +43,7 @@ const std = @import("std");
 const assert = std.debug.assert;
 const config = @import("config.zig");
 const os = @import("os.zig");
+const segment_mod = @import("segment.zig");
 
 /// What freed blocks are filled with (when filling is on).
 pub const fill_byte = 0xdf;
@@ -141,12 +160,183 @@ pub fn canaryIntact(ptr: [*]const u8, len: usize, usable: usize) bool {
     return true;
 }
 
+// ---- Tail canaries (C) --------------------------------------------------
+
+/// Bytes at the end of every C block that hold its canary.
+pub const tail_canary_bytes = 8;
+
+inline fn tailCanary(address: usize) u64 {
+    return mix(address ^ secret());
+}
+
+/// Writes the canary into the last bytes before `end` (a block's end).
+pub fn writeTailCanary(end: [*]u8) void {
+    const at = end - tail_canary_bytes;
+    @as(*align(1) u64, @ptrCast(at)).* = tailCanary(@intFromPtr(at));
+}
+
+/// Whether the canary before `end` is intact.
+pub fn tailCanaryIntact(end: [*]const u8) bool {
+    const at = end - tail_canary_bytes;
+    return @as(*align(1) const u64, @ptrCast(at)).* == tailCanary(@intFromPtr(at));
+}
+
+// ---- Zero on free, guarded large blocks ---------------------------------
+
+/// Blocks up to this size (small and medium pages) are zeroed and checked
+/// whole; larger ones only outside their whole kernel pages (`Span`).
+pub const zero_whole_bytes_max = segment_mod.medium_block_max_bytes;
+
+/// Bytes at a block's start that the free lists use (the link), never
+/// zeroed by `scrubFreed` nor checked by `freeBlockWritten`.
+pub const link_bytes = @sizeOf(usize);
+
+/// The kernel pages inside a large block, past the one holding its link:
+/// what is purged (and protected) while it is free.
+const Span = struct { start: usize, end: usize };
+
+fn innerPages(block: [*]u8, bytes: usize) Span {
+    const page = os.pageSize();
+    const start = std.mem.alignForward(usize, @intFromPtr(block) + link_bytes, page);
+    const end = @max(start, std.mem.alignBackward(usize, @intFromPtr(block) + bytes, page));
+    return .{ .start = start, .end = end };
+}
+
+/// Whether a block of `bytes` is handled by its kernel pages when freed.
+inline fn byPages(bytes: usize) bool {
+    return bytes > zero_whole_bytes_max and
+        (config.hardening.guard_freed_large or config.hardening.zero_freed);
+}
+
+/// A block (`bytes` its whole size) was freed: zero it past the first
+/// `keep` bytes (which the free lists and marks use), purge and protect the
+/// inner pages of a large one.
+pub fn scrubFreed(block: [*]u8, bytes: usize, keep: usize) void {
+    if (byPages(bytes)) {
+        const span = innerPages(block, bytes);
+        const start = span.start - @intFromPtr(block);
+        const end = span.end - @intFromPtr(block);
+        if (config.hardening.zero_freed) {
+            if (start > keep) @memset(block[keep..start], 0);
+            @memset(block[end..bytes], 0);
+        }
+        if (span.end > span.start) {
+            os.purge(block + start, end - start);
+            // A refusal (out of memory for the split mapping) leaves the
+            // pages accessible: still purged, only not guarded.
+            if (config.hardening.guard_freed_large and os.can_protect) _ = os.protectNone(@ptrFromInt(span.start), end - start);
+        }
+        return;
+    }
+    if (config.hardening.zero_freed) @memset(block[keep..bytes], 0);
+}
+
+/// A free block is being handed out again: make a large one's inner pages
+/// accessible, and (zero_freed) return the offset of the first byte past
+/// its first `skip` that was written while it was free, if any.
+pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize) ?usize {
+    if (byPages(bytes)) {
+        const span = innerPages(block, bytes);
+        if (config.hardening.guard_freed_large and os.can_protect and span.end > span.start) {
+            if (!os.protectReadWrite(@ptrFromInt(span.start), span.end - span.start))
+                os.fatal("cannot make the freed block 0x{x} accessible again (out of memory)", .{@intFromPtr(block)});
+        }
+        if (os.purge_needs_commit and span.end > span.start) {
+            if (!os.commit(@ptrFromInt(span.start), span.end - span.start))
+                os.fatal("cannot commit the freed block 0x{x} again (out of memory)", .{@intFromPtr(block)});
+        }
+        if (!config.hardening.zero_freed) return null;
+        return firstNonzero(block, skip, span.start - @intFromPtr(block)) orelse
+            firstNonzero(block, span.end - @intFromPtr(block), bytes);
+    }
+    if (!config.hardening.zero_freed) return null;
+    return firstNonzero(block, skip, bytes);
+}
+
+/// The offset of the first nonzero byte in block[from..to], if any. Words
+/// OR-ed together first: the common answer, none, costs one pass.
+fn firstNonzero(block: [*]const u8, from: usize, to: usize) ?usize {
+    if (from >= to) return null;
+    assert(@intFromPtr(block + from) % @sizeOf(usize) == 0 and (to - from) % @sizeOf(usize) == 0);
+    const words: []const usize = @alignCast(std.mem.bytesAsSlice(usize, block[from..to]));
+    var any: usize = 0;
+    for (words) |word| any |= word;
+    if (any == 0) return null;
+    for (block[from..to], from..) |byte, i| {
+        if (byte != 0) return i;
+    }
+    unreachable;
+}
+
+/// A page goes back to its segment (zero_freed, guard_freed_large): its
+/// free blocks' links are cleared, so the next class finds zeros, and a
+/// large page's guarded pages become accessible again.
+pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize) void {
+    if (config.hardening.guard_freed_large and os.can_protect and block_bytes > zero_whole_bytes_max and capacity > 0) {
+        const end = std.mem.alignForward(usize, @intFromPtr(area) + block_bytes * capacity, os.pageSize());
+        const start = std.mem.alignBackward(usize, @intFromPtr(area), os.pageSize());
+        if (!os.protectReadWrite(@ptrFromInt(start), end - start))
+            os.fatal("cannot make a released page at 0x{x} accessible again (out of memory)", .{start});
+    }
+    if (config.hardening.zero_freed) {
+        for (0..capacity) |i| @as(*usize, @ptrCast(@alignCast(area + i * block_bytes))).* = 0;
+    }
+}
+
+// ---- Zero-size blocks (C) -----------------------------------------------
+
+/// The reserved region malloc(0) hands addresses out of, 16 bytes apart:
+/// this many unique addresses before they repeat.
+pub const zero_size_region_bytes: usize = if (@bitSizeOf(usize) >= 64) 64 * 1024 * 1024 else 1024 * 1024;
+const zero_size_step_bytes = 16;
+
+/// The region's start; 0 until the first malloc(0).
+var zero_size_base: std.atomic.Value(usize) = .init(0);
+/// How many zero-size addresses were handed out.
+var zero_size_count: std.atomic.Value(usize) = .init(0);
+
+/// A unique address that faults on any access, for malloc(0); null when
+/// the region cannot be reserved.
+pub fn zeroSizeBlock() ?[*]u8 {
+    // Acquire: the region was protected before its address was published.
+    var base = zero_size_base.load(.acquire);
+    if (base == 0) base = reserveZeroSize() orelse return null;
+    // Monotonic: only uniqueness matters, which the RMW gives.
+    const index = zero_size_count.fetchAdd(1, .monotonic) % (zero_size_region_bytes / zero_size_step_bytes);
+    return @ptrFromInt(base + index * zero_size_step_bytes);
+}
+
+fn reserveZeroSize() ?usize {
+    if (!os.can_protect) return null;
+    const region = os.map(zero_size_region_bytes, os.pageSize(), 0) orelse return null;
+    if (!os.protectNone(region, zero_size_region_bytes)) {
+        os.unmap(region, zero_size_region_bytes);
+        return null;
+    }
+    // AcqRel: publishes the protection (release) and, losing the race,
+    // takes the winner's region (acquire).
+    if (zero_size_base.cmpxchgStrong(0, @intFromPtr(region), .acq_rel, .acquire)) |winner| {
+        os.unmap(region, zero_size_region_bytes);
+        return winner;
+    }
+    return @intFromPtr(region);
+}
+
+/// Whether `ptr` is one malloc(0) returned.
+pub inline fn isZeroSize(ptr: *const anyopaque) bool {
+    // Monotonic: a pointer from the region was made after the region was
+    // published to its thread; any other sees either value and is outside.
+    const base = zero_size_base.load(.monotonic);
+    return base != 0 and @intFromPtr(ptr) -% base < zero_size_region_bytes;
+}
+
 // ---- Fill ---------------------------------------------------------------
 
 /// Fills a block being freed, past the words the free lists and the freed
 /// mark use.
 pub fn fillFreed(block: [*]u8, block_bytes: usize) void {
-    if (!config.fill_freed_available or !fill_freed) return;
+    // Zeroing supersedes the fill: freed blocks must stay zero.
+    if (!config.fill_freed_available or !fill_freed or config.hardening.zero_freed) return;
     const keep = @min(block_bytes, 2 * @sizeOf(usize));
     @memset(block[keep..block_bytes], fill_byte);
 }
@@ -162,6 +352,15 @@ test "links decode to what was encoded" {
         // The same link stored at another block decodes elsewhere.
         try std.testing.expect(decodeLink(at + 16, encodeLink(at, 0x1234_5680)) != 0x1234_5680);
     }
+}
+
+test "a written free block is found, and only past the skipped bytes" {
+    var block: [64]u8 align(8) = @splat(0);
+    try std.testing.expectEqual(@as(?usize, null), firstNonzero(&block, 8, 64));
+    block[3] = 1;
+    try std.testing.expectEqual(@as(?usize, null), firstNonzero(&block, 8, 64));
+    block[41] = 7;
+    try std.testing.expectEqual(@as(?usize, 41), firstNonzero(&block, 8, 64));
 }
 
 test "shuffle is a permutation" {

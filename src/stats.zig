@@ -15,6 +15,10 @@
 //! Requested bytes are the exception: they cannot be derived, so they are
 //! counted per heap on the fast paths when kennel is built with -Dstats
 //! (config.count_requested; Zig only).
+//!
+//! Hardened with a quarantine (quarantine.zig), blocks waiting there count
+//! as free: the program freed them. Each heap's ring records their sizes,
+//! so they are subtracted without reading the blocks.
 const std = @import("std");
 const builtin = @import("builtin");
 const config = @import("config.zig");
@@ -24,6 +28,7 @@ const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const thread = @import("thread.zig");
 const Heap = @import("heap.zig").Heap;
+const quarantine_slot_count = @import("quarantine.zig").slot_count;
 
 pub const ClassStats = struct {
     /// Bytes per block of the class.
@@ -80,6 +85,8 @@ const Walk = struct {
     stats: Stats,
     /// Bit i: the heap of registry index i (Heap.entry) is abandoned.
     abandoned: []u64,
+    /// Blocks waiting in quarantines, per class.
+    quarantined: [size_class.class_count]usize = @splat(0),
 
     fn isAbandoned(walk: *const Walk, heap: *Heap) bool {
         const index = heap.entry.index;
@@ -112,6 +119,12 @@ pub fn collect() Stats {
     segment_mod.segment_map.beginRead();
     segment_mod.segment_map.forEach(&walk, addSegment);
     segment_mod.segment_map.endRead();
+    if (config.hardening.quarantine) {
+        for (&walk.stats.classes, walk.quarantined) |*c, waiting| {
+            c.blocks_live -|= waiting;
+            walk.stats.block_bytes -|= waiting * c.block_size;
+        }
+    }
     return walk.stats;
 }
 
@@ -121,6 +134,16 @@ fn addHeap(walk: *Walk, heap: *Heap) void {
         s.abandoned_heaps += 1;
         const index = heap.entry.index;
         if (index / 64 < walk.abandoned.len) walk.abandoned[index / 64] |= @as(u64, 1) << @intCast(index % 64);
+    }
+    if (config.hardening.quarantine) {
+        // Plain owner-written fields, read as a snapshot (see the top); the
+        // sizes alone are read, never the blocks.
+        const count = @min(@atomicLoad(u32, &heap.quarantine.count, .monotonic), quarantine_slot_count);
+        for (heap.quarantine.sizes[0..count]) |*size| {
+            const bytes = @atomicLoad(u32, size, .monotonic);
+            if (bytes == 0 or bytes > size_class.block_size_max_bytes) continue;
+            walk.quarantined[size_class.ofSize(bytes)] += 1;
+        }
     }
     if (config.count_requested) {
         // Monotonic: the owner stores it with plain (atomic) stores.

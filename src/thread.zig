@@ -120,6 +120,7 @@ const assert = std.debug.assert;
 const os = @import("os.zig");
 const config = @import("config.zig");
 const secure = @import("secure.zig");
+const quarantine = @import("quarantine.zig");
 const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 
@@ -342,7 +343,7 @@ pub fn initCurrent() ?*Heap {
     assert(current() == &Heap.empty);
     secure.init();
     const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
-    if (config.hardening.randomize and heap.random == 0) heap.random = secure.randomWord() | 1;
+    if ((config.hardening.randomize or config.hardening.quarantine) and heap.random == 0) heap.random = secure.randomWord() | 1;
     setCurrent(heap);
     if (!builtin.single_threaded) exit_hook.register(heap);
     return heap;
@@ -581,6 +582,8 @@ fn listVacant(heap: *Heap) void {
 /// The calling thread is ending (or gives its heap up): return what its heap
 /// does not need and leave the rest to whoever takes the heap next.
 pub fn abandonCurrent() void {
+    // The blocks waiting in the heap's quarantine are freed by their thread.
+    if (config.hardening.quarantine and current() != &Heap.empty) quarantine.flush(current());
     if (builtin.single_threaded) {
         // The only thread keeps its heap; it can still give memory back.
         if (current() != &Heap.empty) current().releaseUnused();
@@ -628,6 +631,8 @@ fn claimToAbsorb(heap: *Heap, expected: Owner) bool {
 /// Moves all of `other` (claimed by us) into `heap` and frees the shell.
 fn absorbClaimed(heap: *Heap, other: *Heap) void {
     heap.absorb(other);
+    // The ended thread's quarantine: its blocks are free now.
+    if (config.hardening.quarantine) quarantine.flush(other);
     const owner: Owner = @bitCast(other.owner.load(.monotonic));
     assert(owner.state == .claimed);
     // SeqCst: releases the emptied shell to the next thread that takes it,

@@ -98,6 +98,10 @@ pub fn protectNone(address: usize, len: usize) bool {
     return linux.errno(linux.mprotect(@ptrFromInt(address), len, .{})) == .SUCCESS;
 }
 
+pub fn protectReadWrite(address: usize, len: usize) bool {
+    return linux.errno(linux.mprotect(@ptrFromInt(address), len, .{ .READ = true, .WRITE = true })) == .SUCCESS;
+}
+
 pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {
     const rc = linux.mremap(@ptrFromInt(address), old_len, new_len, .{}, null);
     if (linux.errno(rc) != .SUCCESS) return false;

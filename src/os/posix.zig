@@ -98,6 +98,10 @@ pub fn protectNone(address: usize, len: usize) bool {
     return c.mprotect(@ptrFromInt(address), len, .{}) == 0;
 }
 
+pub fn protectReadWrite(address: usize, len: usize) bool {
+    return c.mprotect(@ptrFromInt(address), len, .{ .READ = true, .WRITE = true }) == 0;
+}
+
 /// Maps the range after the mapping, asking for that address; a system
 /// that put it elsewhere gets it back.
 pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {

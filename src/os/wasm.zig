@@ -183,6 +183,11 @@ pub fn protectNone(address: usize, len: usize) bool {
     comptime unreachable; // can_protect is false
 }
 
+pub fn protectReadWrite(address: usize, len: usize) bool {
+    _ = .{ address, len };
+    comptime unreachable; // can_protect is false
+}
+
 /// Takes the free range right after the mapping, growing the memory when
 /// the mapping (or that range) ends it.
 pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {

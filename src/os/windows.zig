@@ -134,6 +134,11 @@ pub fn protectNone(address: usize, len: usize) bool {
     return VirtualProtect(@ptrFromInt(address), len, PAGE_NOACCESS, &old) != 0;
 }
 
+pub fn protectReadWrite(address: usize, len: usize) bool {
+    var old: u32 = undefined;
+    return VirtualProtect(@ptrFromInt(address), len, PAGE_READWRITE, &old) != 0;
+}
+
 /// Recommits the rest of the original reservation, if it reaches far
 /// enough (a mapping shrunk before).
 pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 static int failures;
+static int hardened; /* linked with libkennel-secure */
 static void *volatile the_pointer; /* what the child names */
 static const char *self_path;
 
@@ -190,6 +191,9 @@ static void write_after_free(void) {
     char *a = malloc(72); /* p itself */
     char *b = malloc(72); /* follows p's link */
     fprintf(stderr, "allocated %p %p\n", (void *)a, (void *)b);
+    /* Hardened, p waits in the quarantine: its size is allocated and freed
+       until p comes back. */
+    for (int i = 0; i < 100000; i++) free(malloc(72));
     free(keep);
 }
 
@@ -199,11 +203,13 @@ static void overflow_into_free_block(void) {
     enum { count = 64, size = 96 };
     char *blocks[count];
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
-    /* A block whose upper neighbour is one of ours. */
+    /* A block whose upper neighbour is one of ours (hardened, 8 bytes of
+       canary lie between them). */
+    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
     int victim = -1, neighbour = -1;
     for (int i = 0; i < count && victim < 0; i++)
         for (int j = 0; j < count; j++)
-            if (blocks[j] == blocks[i] + size) {
+            if (blocks[j] == blocks[i] + step) {
                 victim = i;
                 neighbour = j;
                 break;
@@ -215,15 +221,18 @@ static void overflow_into_free_block(void) {
     for (int i = 0; i < count; i++)
         if (i != victim) free(blocks[i]);
     announce(blocks[neighbour]);
-    memset(blocks[victim] + size, 'B', 24); /* 24 bytes too many */
+    memset(blocks[victim] + malloc_usable_size(blocks[victim]), 'B', 24); /* 24 bytes too many */
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+    /* Hardened, the neighbour waits in the quarantine: see write_after_free. */
+    for (int i = 0; i < 100000; i++) free(malloc(size));
 }
 
 static void overflow_into_guard_page(void) {
     char *p = malloc(3 << 20);
-    size_t usable = malloc_usable_size(p);
-    announce(p + usable);
-    memset(p + usable, 'C', 4096);
+    /* Hardened, the block's canary lies between it and the guard page. */
+    size_t end = malloc_usable_size(p) + (hardened ? 8 : 0);
+    announce(p + end);
+    memset(p + end, 'C', 4096);
 }
 
 /* ---- Use after free of a huge block: the mapping is gone (hardened) or
@@ -244,6 +253,90 @@ static void write_into_slack(void) {
     announce(p);
     memset(p, 1, malloc_usable_size(p));
     free(p);
+}
+
+/* ---- Canaries, zeroing, quarantine, guarded large blocks, malloc(0) ----- */
+
+/* One byte past what malloc_usable_size promises: the block's canary. */
+static void overflow_one_byte(void) {
+    char *p = malloc(100);
+    announce(p);
+    p[malloc_usable_size(p)] = 'x';
+    free(p);
+}
+
+static void overflow_then_realloc(void) {
+    char *p = malloc(40);
+    announce(p);
+    p[malloc_usable_size(p)] = 'x';
+    void *r = realloc(p, 4000);
+    (void)r;
+}
+
+/* One byte before a block: the canary at the end of the block below it,
+   caught when that one is freed. */
+static void underflow_one_byte(void) {
+    enum { count = 64, size = 96 };
+    char *blocks[count];
+    for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < count; j++)
+            if (blocks[j] + step == blocks[i]) {
+                announce(blocks[j]);
+                blocks[i][-1] = 'U';
+                free(blocks[j]);
+                return;
+            }
+    fprintf(stderr, "no adjacent blocks\n");
+    _exit(2);
+}
+
+/* A write far past a freed block's first words, then the block's size
+   allocated and freed until the block comes back. */
+static void write_after_free_deep(void) {
+    char *keep = malloc(200);
+    char *p = malloc(200);
+    announce(p);
+    free(p);
+    p[150] = 1;
+    for (int i = 0; i < 100000; i++) free(malloc(200));
+    free(keep);
+}
+
+/* A large block (above 64 KiB) freed: its pages past the first are gone. */
+static void write_after_free_large(void) {
+    char *p = malloc(256 << 10);
+    memset(p, 1, 256 << 10);
+    free(p);
+    announce(p);
+    ((volatile char *)p)[128 << 10] = 2;
+}
+
+static void read_after_free_large(void) {
+    char *p = malloc(256 << 10);
+    memset(p, 1, 256 << 10);
+    free(p);
+    announce(p);
+    if (((volatile char *)p)[200 << 10] == 0x55) fprintf(stderr, "unlikely\n");
+}
+
+/* malloc(0): unique pointers that free and realloc accept. */
+static void zero_size_blocks(void) {
+    void *p = malloc(0), *q = malloc(0), *c = calloc(0, 8);
+    if (p == NULL || q == NULL || c == NULL || p == q || p == c || (hardened && malloc_usable_size(p) != 0)) abort();
+    free(q);
+    free(c);
+    char *r = realloc(p, 10);
+    if (r == NULL) abort();
+    memset(r, 1, 10);
+    free(r);
+}
+
+static void read_zero_size(void) {
+    volatile char *p = malloc(0);
+    announce((void *)p);
+    if (p[0] == 0x55) fprintf(stderr, "unlikely\n");
 }
 
 /* ---- C++'s operators in a program without a C++ runtime ----------------- */
@@ -305,11 +398,22 @@ static const struct fault faults[] = {
     {"free(never handed out)", free_never_handed_out, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
     {"free(foreign mapping)", free_foreign_mapping, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"free(huge middle)", free_huge_middle, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
-    {"write after free", write_after_free, ABORT_NAMING, NOT_RUN, "corrupted free list", NULL},
-    {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", NULL},
+    /* Hardened, the block's first word is lost in the quarantine (a link
+       is written there when the block leaves it); the zeroing check sees
+       the rest. */
+    {"write after free", write_after_free, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
+    {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
     {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
     {"read after free (huge)", read_after_free_huge, SEGV, CLEAN, NULL, NULL},
     {"write into slack", write_into_slack, CLEAN, CLEAN, NULL, NULL},
+    {"overflow by one byte", overflow_one_byte, ABORT_NAMING, NOT_RUN, "canary", NULL},
+    {"overflow, then realloc", overflow_then_realloc, ABORT_NAMING, NOT_RUN, "canary", NULL},
+    {"underflow by one byte", underflow_one_byte, ABORT_NAMING, CLEAN, "canary", NULL},
+    {"write after free, deep", write_after_free_deep, ABORT_NAMING, CLEAN, "write after free", NULL},
+    {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
+    {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
+    {"malloc(0): unique, freeable", zero_size_blocks, CLEAN, CLEAN, NULL, NULL},
+    {"read of a malloc(0) block", read_zero_size, ABORT_NAMING, CLEAN, "zero-size block", NULL},
     {"operator new, no C++ runtime", new_without_runtime, ABORT_SAYING, ABORT_SAYING,
      "operator new(9223372036854775807 bytes, aligned to 16) failed, and no C++ runtime is loaded to throw std::bad_alloc", NULL},
     {"nothrow new, no C++ runtime", nothrow_new_without_runtime, CLEAN, CLEAN, NULL, NULL},
@@ -383,14 +487,15 @@ static void check_order(int hardened) {
     if (!ok) failures++;
 }
 
-/* With KENNEL_FILL_FREED=1 (read at load: run in a fresh process) freed
-   blocks read as 0xdf past their first two words. */
+/* The hardened library zeroes freed blocks past their link, which
+   supersedes KENNEL_FILL_FREED=1 (read at load: run in a fresh process,
+   where it would fill them with 0xdf). */
 static int fill_child(void) {
     unsigned char *p = malloc(256);
     memset(p, 0x11, 256);
     free(p);
-    for (int i = 16; i < 256; i++)
-        if (p[i] != 0xdf) return 1;
+    for (int i = 8; i < 256; i++)
+        if (p[i] != 0) return 1;
     return 0;
 }
 
@@ -405,7 +510,25 @@ static void check_fill(void) {
     int status;
     waitpid(pid, &status, 0);
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    printf("%s  %-28s freed blocks read as 0xdf with KENNEL_FILL_FREED=1\n", ok ? "ok  " : "FAIL", "fill freed");
+    printf("%s  %-28s freed blocks read as zero, with KENNEL_FILL_FREED=1 too\n", ok ? "ok  " : "FAIL", "zeroed freed blocks");
+    if (!ok) failures++;
+}
+
+/* A freed block is not the next one handed out (hardened: it waits in the
+   quarantine); the fast library reuses it at once. */
+static void check_quarantine(void) {
+    char *keep = malloc(48);
+    int reused = 0;
+    for (int i = 0; i < 100; i++) {
+        char *a = malloc(48);
+        free(a);
+        char *b = malloc(48);
+        reused += a == b;
+        free(b);
+    }
+    free(keep);
+    int ok = hardened ? reused == 0 : reused > 90;
+    printf("%s  %-28s %d of 100 freed blocks handed out again at once\n", ok ? "ok  " : "FAIL", "quarantine", reused);
     if (!ok) failures++;
 }
 
@@ -416,11 +539,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s secure|fast\n", argv[0]);
         return 2;
     }
-    int hardened = strcmp(argv[1], "secure") == 0;
+    hardened = strcmp(argv[1], "secure") == 0;
     for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
         run_fault(&faults[i], hardened ? faults[i].secure : faults[i].fast,
                   hardened && faults[i].secure_message ? faults[i].secure_message : faults[i].message);
     check_order(hardened);
+    check_quarantine();
     if (hardened) check_fill();
     if (failures) {
         printf("faults (%s): %d failure(s)\n", argv[1], failures);
