@@ -322,10 +322,15 @@ pub fn largeBlockHit(address: usize) ?usize {
     const base = address & ~@as(usize, segment_mod.segment_size_bytes - 1);
     if (!segment_mod.segment_map.contains(base)) return null;
     const segment: *Segment = @ptrFromInt(base);
-    // Monotonic: a snapshot of fields set up before any block was handed out.
-    if (@atomicLoad(segment_mod.Kind, &segment.kind, .monotonic) != .large) return null;
-    const page = &segment.pages[0];
+    // Monotonic, all: a snapshot of fields set up before any block of the
+    // page was handed out.
+    if (@atomicLoad(segment_mod.SegmentKind, &segment.kind, .monotonic) != .pages) return null;
+    const slice = (address - base) >> segment_mod.slice_shift;
+    const first = slice -| @atomicLoad(u8, &segment.pages[slice].slice_back, .monotonic);
+    if (Segment.loadMaskRelaxed(&segment.free_mask) & (@as(u64, 1) << @intCast(first)) != 0) return null;
+    const page = &segment.pages[first];
     const block_size = @atomicLoad(u32, &page.block_size, .monotonic);
+    if (block_size <= segment_mod.medium_block_max_bytes) return null;
     const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
     const area = @intFromPtr(page.area);
     if (block_size == 0 or address < area or address - area >= @as(usize, capacity) * block_size) return null;
