@@ -8,9 +8,15 @@
 //!   behind it is read; the page must be in use; the pointer must be the
 //!   start of a block handed out at least once (by a multiply, not a
 //!   divide), or lie in a page that hands out over-aligned blocks.
-//! - Double frees, fast C library: a free writes a mark into the block's
-//!   second word, and allocation clears it, so a second free of a block
-//!   still free is seen (unless the program overwrote the mark meanwhile).
+//! - Double frees, fast C library: a free writes a mark (the page's
+//!   address) into the block's second word, and allocation clears it, so a
+//!   second free of a block still free is seen (unless the program
+//!   overwrote the mark meanwhile).
+//! - The fast C library's free (`freeableInOwn`) makes the same checks in
+//!   one pass with the lookups the free needs, for a pointer into the
+//!   segment its thread freed into last (known listed and owned, so the map
+//!   and the owner are not asked again); anything it does not pass goes to
+//!   `validate`, which names the fault.
 //! - Double frees, hardened: each block has a bit in its segment's live map
 //!   (segment.zig), set by allocation and cleared by free, both with an
 //!   atomic read-modify-write. A free that finds the bit clear is a double
