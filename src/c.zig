@@ -83,17 +83,46 @@ fn exportBoth(comptime name: []const u8, comptime function: anytype) void {
 }
 
 fn malloc(size: usize) callconv(.c) ?*anyopaque {
-    if (config.hardening.zero_size and size == 0) return zeroSize();
-    const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
+    if (!config.fused_free) {
+        if (config.hardening.zero_size and size == 0) return zeroSize();
+        const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
+        check.afterAlloc(ptr, null, max_align_bytes, false);
+        return ptr;
+    }
+    // The fast library: a pop, or a tail call, so that no stack is set up.
+    const ptr = thread.current().allocDirect(size, max_align_bytes) orelse return mallocSlow(size);
     check.afterAlloc(ptr, null, max_align_bytes, false);
     return ptr;
 }
 
+noinline fn mallocSlow(size: usize) ?*anyopaque {
+    const ptr = thread.current().allocSlow(size, max_align_bytes) orelse return outOfMemory();
+    check.afterAlloc(ptr, null, max_align_bytes, false);
+    return ptr;
+}
+
+/// The fast library checks a pointer into the segment its thread freed
+/// into last, and pushes the block, in one pass (check.freeableInOwn);
+/// everything else, faults included, goes to `freeGeneric`.
 fn free(ptr: ?*anyopaque) callconv(.c) void {
+    if (!config.fused_free) return freeGeneric(ptr);
+    const heap = thread.current();
+    const f = check.freeableInOwn(heap.free_segment, ptr) orelse return freeGeneric(ptr);
+    check.markFreedFast(f);
+    heap.freeUnflagged(f.page, @ptrCast(f.block));
+}
+
+noinline fn freeGeneric(ptr: ?*anyopaque) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
     if (config.hardening.zero_size and secure.isZeroSize(p)) return;
     check.beforeFree(p, null, "free");
-    if (config.hardening.quarantine) quarantine.hold(p) else Heap.free(p);
+    if (config.fused_free) {
+        Heap.freeRemembering(p);
+    } else if (config.hardening.quarantine) {
+        quarantine.hold(p);
+    } else {
+        Heap.free(p);
+    }
 }
 
 /// malloc(0), hardened: an address that faults on any access.

@@ -8,9 +8,15 @@
 //!   behind it is read; the page must be in use; the pointer must be the
 //!   start of a block handed out at least once (by a multiply, not a
 //!   divide), or lie in a page that hands out over-aligned blocks.
-//! - Double frees, fast C library: a free writes a mark into the block's
-//!   second word, and allocation clears it, so a second free of a block
-//!   still free is seen (unless the program overwrote the mark meanwhile).
+//! - Double frees, fast C library: a free writes a mark (the page's
+//!   address) into the block's second word, and allocation clears it, so a
+//!   second free of a block still free is seen (unless the program
+//!   overwrote the mark meanwhile).
+//! - The fast C library's free (`freeableInOwn`) makes the same checks in
+//!   one pass with the lookups the free needs, for a pointer into the
+//!   segment its thread freed into last (known listed and owned, so the map
+//!   and the owner are not asked again); anything it does not pass goes to
+//!   `validate`, which names the fault.
 //! - Double frees, hardened: each block has a bit in its segment's live map
 //!   (segment.zig), set by allocation and cleared by free, both with an
 //!   atomic read-modify-write. A free that finds the bit clear is a double
@@ -32,7 +38,8 @@ const secure = @import("secure.zig");
 const size_class = @import("size_class.zig");
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
-const Page = @import("page.zig").Page;
+const page_mod = @import("page.zig");
+const Page = page_mod.Page;
 const Heap = @import("heap.zig").Heap;
 const memcheck = @import("memcheck.zig");
 
@@ -64,8 +71,14 @@ pub inline fn cRequest(size: usize) ?usize {
 /// zeroing and its check, guarding large ones.
 const scrubs = config.hardening.zero_freed or config.hardening.guard_freed_large;
 
-/// The fast C library's freed mark: "Kennel F" ("el F" in a 32-bit word).
-const plain_mark: usize = @truncate(0x4b656e6e656c2046);
+/// The fast C library's freed mark of a block of `page`: the address of the
+/// page's entry in its segment's header. No block lies in a header, so the
+/// mark is no pointer to a block a program may keep in the word; and free
+/// has the address at hand, where a constant would take an instruction to
+/// load.
+inline fn freedMark(page: *const Page) usize {
+    return @intFromPtr(page);
+}
 
 /// A block's word and bit in its segment's live map (hardened).
 const LiveBit = struct { word: *std.atomic.Value(usize), mask: usize };
@@ -81,12 +94,58 @@ fn liveBit(segment: *Segment, page: *const Page, block: *const Words) LiveBit {
 pub const Checked = struct {
     /// Where the block starts (the pointer, unless over-aligned).
     block: *Words,
+    /// Its page (not huge).
+    page: *Page,
     /// Its live bit (hardened, not huge).
     live: if (config.hardening.check_frees) LiveBit else void,
     /// Bytes from the pointer to the end of the block.
     usable: usize,
     huge: ?*Segment,
 };
+
+/// A block the fast C free may push onto its page's local list at once.
+pub const Freeable = struct { page: *Page, block: *Words };
+
+/// The fast C library's free checks (config.fused_free) for a pointer into
+/// `segment_address`, a segment of pages that the calling thread's heap
+/// owns and found in the segment map before (Heap.free_segment), fused with
+/// the lookups the free needs anyway. Null when the pointer lies elsewhere,
+/// or is not the start of a block the page handed out, or its page has
+/// flags (full, or over-aligned blocks), or the block carries the freed
+/// mark: the generic path (`beforeFree`) tells those cases apart and names
+/// a fault exactly as before.
+pub inline fn freeableInOwn(segment_address: usize, ptr: ?*anyopaque) ?Freeable {
+    comptime assert(config.fused_free);
+    const address = @intFromPtr(ptr);
+    // The segment is aligned to its size: for a pointer inside it, the
+    // exclusive or is the pointer's offset (one instruction fewer than a
+    // mask and a compare, then a mask for the slice). Heap.no_segment is
+    // aligned too, and no pointer a program holds lies under it, null
+    // included. On 32-bit targets no such address exists: mask and compare.
+    const offset_in_segment = address ^ segment_address;
+    if (Heap.no_segment_is_aligned) {
+        if (offset_in_segment >= segment_mod.segment_size_bytes) return null;
+    } else if (address & ~@as(usize, segment_mod.segment_size_bytes - 1) != segment_address) return null;
+    const segment: *Segment = @ptrFromInt(segment_address);
+    // The owner wrote every field read here; this thread is the owner.
+    const page = segment.pageAtOffset(offset_in_segment);
+    // A free slice's entry has free_limit 0. Below the area (a pointer into
+    // the header) the offset wraps to 2^32 minus less than a segment, and
+    // exactIndex takes it past every page's block count.
+    const offset: u32 = @truncate(address -% @intFromPtr(page.area));
+    const divisor: size_class.Divisor = .{ .inverse = page.block_inverse, .shift = @intCast(page.block_shift) };
+    if (divisor.exactIndex(offset) >= page.free_limit) return null;
+    const block: *Words = @ptrFromInt(address);
+    // C rounds every request to 16 bytes: every block holds the mark.
+    assert(page.block_size >= block_bytes_min);
+    if (block[1] == freedMark(page)) return null;
+    return .{ .page = page, .block = block };
+}
+
+/// Marks a block `freeableInOwn` passed as freed (see markFreed).
+pub inline fn markFreedFast(f: Freeable) void {
+    f.block[1] = freedMark(f.page);
+}
 
 /// Validates a pointer passed to `function` (free, realloc, operator delete,
 /// malloc_usable_size). Aborts, naming the pointer, unless it is a live
@@ -101,8 +160,8 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     if (segment.kind == .huge) {
         if (ptr != segment.pages[0].area) invalid(function, ptr, "points into the middle of a block");
         // Monotonic: a racing free is caught by the CAS in markFreed.
-        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) != 1) doubleFree(function, ptr);
-        return .{ .block = @ptrCast(@alignCast(ptr)), .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
+        if (@atomicLoad(page_mod.BlockCount, &segment.pages[0].used, .monotonic) != 1) doubleFree(function, ptr);
+        return .{ .block = @ptrCast(@alignCast(ptr)), .page = undefined, .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
     }
     // Monotonic: the page of a live block was set up before the block was
     // handed out, which happened before the caller got the pointer.
@@ -112,13 +171,14 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     const page = segment.pageOf(ptr);
     const offset = address -% @intFromPtr(page.area);
     // Monotonic: as above; capacity only grows while the page is in use.
-    const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
+    const capacity = @atomicLoad(page_mod.BlockCount, &page.capacity, .monotonic);
     if (offset >= @as(usize, capacity) * page.block_size) invalid(function, ptr, "not a block kennel handed out");
     const start = size_class.blockIndex(page.class, offset) * page.block_size;
     if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
     const block: *Words = @ptrCast(@alignCast(page.area + start));
     const checked: Checked = .{
         .block = block,
+        .page = page,
         .usable = start + page.block_size - offset,
         .huge = null,
         .live = if (config.hardening.check_frees) liveBit(segment, page, block) else {},
@@ -127,7 +187,7 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
         // Monotonic: a racing free is caught by the RMW in markFreed.
         if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(function, ptr);
     } else if (!config.valgrind and page.block_size >= block_bytes_min and
-        @atomicLoad(usize, &block[1], .monotonic) == plain_mark)
+        @atomicLoad(usize, &block[1], .monotonic) == freedMark(page))
     {
         // (Under memcheck the word may be the program's uninitialized data:
         // the check is left to markFreed, and to memcheck.)
@@ -141,7 +201,7 @@ fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
     if (checked.huge) |segment| {
         // A huge block is its own mapping: `used` says whether it is live.
         // AcqRel: two threads freeing it at once see each other.
-        if (@cmpxchgStrong(u32, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(function, ptr);
+        if (@cmpxchgStrong(page_mod.BlockCount, &segment.pages[0].used, 1, 0, .acq_rel, .monotonic) != null) doubleFree(function, ptr);
         return;
     }
     if (config.hardening.check_frees) {
@@ -154,8 +214,8 @@ fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
     memcheck.wordAccess(&block[1]);
     defer memcheck.wordDone(&block[1]);
     // `validate` compared the mark already, except under memcheck.
-    if (config.valgrind and block[1] == plain_mark) doubleFree(function, ptr);
-    block[1] = plain_mark;
+    if (config.valgrind and block[1] == freedMark(checked.page)) doubleFree(function, ptr);
+    block[1] = freedMark(checked.page);
 }
 
 /// After any allocation: clears the block's freed mark (C, or hardened),
@@ -331,7 +391,7 @@ pub fn largeBlockHit(address: usize) ?usize {
     const page = &segment.pages[first];
     const block_size = @atomicLoad(u32, &page.block_size, .monotonic);
     if (block_size <= segment_mod.medium_block_max_bytes) return null;
-    const capacity = @atomicLoad(u32, &page.capacity, .monotonic);
+    const capacity = @atomicLoad(page_mod.BlockCount, &page.capacity, .monotonic);
     const area = @intFromPtr(page.area);
     if (block_size == 0 or address < area or address - area >= @as(usize, capacity) * block_size) return null;
     return area + (address - area) / block_size * block_size;

@@ -86,6 +86,13 @@ pub const fill_freed_available = fill_freed_default or secure;
 /// the C library (C programs free foreign pointers), in Zig when hardened.
 pub const validate_frees = c_library or hardening.check_frees;
 
+/// The fast C library's free (c.zig): the checks fused with the lookups
+/// the free needs anyway, for a pointer into the segment the thread freed
+/// into last; everything else takes the generic path (check.beforeFree,
+/// Heap.free). Not with memcheck, the fill, or the hardened checks, which
+/// all need the generic path.
+pub const fused_free = c_library and !secure and !fill_freed_available and !valgrind;
+
 /// Blocks are described to valgrind's memcheck with client requests.
 pub const valgrind = options.valgrind;
 

@@ -72,6 +72,12 @@ var page_empty: Page = .{};
 pub const Heap = struct {
     // ---- Owner only; the fast paths read the first field. ----
     pages_direct: [direct_count]*Page,
+    /// The fast C free's segment (config.fused_free, c.zig): a segment of
+    /// pages this heap owns that a free found in the segment map last, so
+    /// that the next frees into it skip the map and the owner check.
+    /// `no_segment` when none; removeSegment clears it, so it always names
+    /// a segment in this heap's lists.
+    free_segment: if (config.fused_free) usize else void,
     queues: [size_class.class_count]PageQueue,
     /// Pages found without free blocks (flag `in_full` set).
     full: PageQueue,
@@ -162,12 +168,21 @@ pub const Heap = struct {
         .random = 0,
         .quarantine = .{},
         .requested_bytes = 0,
+        .free_segment = if (config.fused_free) no_segment else {},
         .owner = .init(0),
         .owner_tid = if (thread.tid_in_word) {} else .init(0),
         .pid = .init(0),
         .notice_groups = .init(0),
         .entry = .{},
     };
+
+    /// `free_segment` when it names none. With 64-bit words, 2^63: aligned
+    /// like a segment, and under it lies no pointer a program holds (it is
+    /// no user-space address on x86_64 or aarch64, and null is far away).
+    /// With 32-bit words every aligned address may be the program's: 1,
+    /// not aligned, the segment of no pointer.
+    pub const no_segment_is_aligned = @bitSizeOf(usize) >= 64;
+    pub const no_segment: usize = if (no_segment_is_aligned) 1 << (@bitSizeOf(usize) - 1) else 1;
 
     /// The heap of threads that have not allocated yet. It owns nothing, so
     /// its fast paths always fall through to the slow path, which gives the
@@ -188,11 +203,26 @@ pub const Heap = struct {
             if (page.free) |block| {
                 @branchHint(.likely);
                 page.free = page.nextFree(block);
-                page.setUsed(page.used + 1);
+                page.addUsed(.up);
                 return @ptrCast(block);
             }
         }
         return heap.allocSlow(len, alignment);
+    }
+
+    /// The C library's fast malloc (c.zig): a pop from the page of a size
+    /// up to direct_size_max_bytes, aligned to `alignment`, or null for
+    /// `allocSlow`. Size 0 picks entry 0 of pages_direct, which is always
+    /// the empty page (updateDirect fills entries from 1): so one compare
+    /// sends both it and large sizes to the slow path.
+    pub inline fn allocDirect(heap: *Heap, len: usize, comptime alignment: usize) ?[*]u8 {
+        comptime assert(alignment >= size_class.word_bytes and alignment <= direct_size_max_bytes);
+        if (len > direct_size_max_bytes) return null;
+        const page = heap.pages_direct[std.mem.alignForward(usize, len, alignment) / size_class.word_bytes];
+        const block = page.free orelse return null;
+        page.free = page.nextFree(block);
+        page.addUsed(.up);
+        return @ptrCast(block);
     }
 
     /// Frees a pointer kennel returned, from any thread.
@@ -204,19 +234,39 @@ pub const Heap = struct {
             @branchHint(.likely);
             if (@as(u8, @bitCast(page.flags)) == 0) {
                 @branchHint(.likely);
-                const block: *Block = @ptrCast(@alignCast(ptr));
-                block.setNext(page.free);
-                page.free = block;
-                page.setUsed(page.used - 1);
-                if (page.used == 0 and !page.retained) {
-                    @branchHint(.unlikely);
-                    heap.retireAfterFree(page);
-                }
-                return;
+                return heap.freeUnflagged(page, @ptrCast(@alignCast(ptr)));
             }
             return heap.freeLocalFlagged(page, ptr);
         }
         return freeRemote(segment, page, ptr);
+    }
+
+    /// A local free into a page of this heap without flags: a push.
+    pub inline fn freeUnflagged(heap: *Heap, page: *Page, block: *Block) void {
+        assert(@as(u8, @bitCast(page.flags)) == 0);
+        // (Guarded: the atomic load would stay in a release build.)
+        if (std.debug.runtime_safety) assert(Segment.ofPtr(block).ownerRelaxed() == heap);
+        block.setNext(page.free);
+        page.free = block;
+        page.addUsed(.down);
+        // Monotonic: the owner reads its own store (x86 compares in memory).
+        if (@atomicLoad(page_mod.BlockCount, &page.used, .monotonic) == 0 and !page.retained) {
+            @branchHint(.unlikely);
+            heap.retireAfterFree(page);
+        }
+    }
+
+    /// The C library's free after the generic checks (c.zig): remembers
+    /// the block's segment for the fast checks of the next frees when this
+    /// heap owns it, then frees.
+    pub fn freeRemembering(ptr: [*]u8) void {
+        comptime assert(config.fused_free);
+        const segment = Segment.ofPtr(ptr);
+        const heap = thread.current();
+        // Before the free, which may release the segment (and so clear
+        // the field again in removeSegment).
+        if (segment.kind == .pages and segment.ownerRelaxed() == heap) heap.free_segment = @intFromPtr(segment);
+        free(ptr);
     }
 
     /// Like `alloc`, with the first `len` bytes zero. Fresh huge mappings are
@@ -237,7 +287,7 @@ pub const Heap = struct {
     /// Sizes above the direct range: compute the class and pop from its
     /// first page. The heap may still be `empty` (its queues are empty, so
     /// that ends in allocGeneric, which sets the thread up).
-    noinline fn allocSlow(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
+    pub noinline fn allocSlow(heap: *Heap, len: usize, alignment: usize) ?[*]u8 {
         if (len -% 1 < size_class.block_size_max_bytes and alignment <= segment_mod.block_align_max_bytes) {
             const size = std.mem.alignForward(usize, len, alignment);
             if (size <= size_class.block_size_max_bytes) {
@@ -563,6 +613,7 @@ pub const Heap = struct {
     }
 
     fn removeSegment(heap: *Heap, segment: *Segment) void {
+        if (config.fused_free and heap.free_segment == @intFromPtr(segment)) heap.free_segment = no_segment;
         heap.segments[segmentGroup(segment)].remove(segment);
         heap.segment_count -= 1;
         if (segment.in_with_free) heap.with_free.remove(segment);

@@ -440,7 +440,7 @@ pub fn free(segment: *Segment) void {
     const heap = thread.current();
     if (heap == &Heap.empty or !cacheable(segment.huge_alignment)) return unmap(segment);
     // Monotonic: a cached mapping holds no live block (statistics read it).
-    @atomicStore(u32, &segment.pages[0].used, 0, .monotonic);
+    @atomicStore(@import("page.zig").BlockCount, &segment.pages[0].used, 0, .monotonic);
     segment.freed_period = heap.period_index;
     const before = heap.huge_cache.bytes;
     heap.huge_cache.put(segment);

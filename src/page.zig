@@ -75,6 +75,14 @@ const address_mask: usize = count_one - 1 - notifying_bit;
 /// Blocks in the fullest page (64 KiB of 8-byte blocks).
 const blocks_per_page_max = 64 * 1024 / block_size_min_bytes;
 
+/// Blocks in one page (capacity, reserved): a small page holds the most,
+/// and every other page holds blocks above 8 KiB (segment.zig).
+pub const BlockCount = u16;
+
+comptime {
+    assert(blocks_per_page_max <= std.math.maxInt(BlockCount));
+}
+
 comptime {
     // The count field holds the blocks of the fullest page.
     assert(blocks_per_page_max < (1 << (@bitSizeOf(usize) - count_shift)));
@@ -104,7 +112,12 @@ pub const Page = extern struct {
     /// Blocks handed out and not yet back on `free` (blocks waiting on
     /// `thread_free` still count). Written only by the owner, with atomic
     /// stores, because remote frees read it to detect an empty page.
-    used: u32 = 0,
+    used: BlockCount = 0,
+    /// `capacity` while no flag is set, else 0; 0 in free slices' entries
+    /// too. The fast C free (check.freeableInOwn) asks "a block handed
+    /// out, in a page in use without flags" with one compare against it.
+    /// Owner only (that free runs on the owner's thread).
+    free_limit: BlockCount = 0,
     /// Any set flag sends the owner's frees to the slow path.
     flags: Flags = .{},
     class: size_class.Class = 0,
@@ -114,11 +127,15 @@ pub const Page = extern struct {
     /// when a free empties the page, so a loop that allocates and frees one
     /// block pays one byte test.
     retained: bool = false,
-    /// Blocks linked into a free list at least once: [0, capacity).
-    capacity: u32 = 0,
+    /// Blocks linked into a free list at least once: [0, capacity). Zero
+    /// in free slices' entries (Segment.releasePage), so that the fast C
+    /// free (check.zig) finds no block there.
+    capacity: BlockCount = 0,
     /// Blocks that fit in the page.
-    reserved: u32 = 0,
+    reserved: BlockCount = 0,
     block_size: u32 = 0,
+    /// `block_size` as the fast C free divides by it (size_class.Divisor).
+    block_inverse: u32 = 0,
     /// First in its class queue: the page the owner allocates from. A remote
     /// free that empties it need not announce it (the owner is using it),
     /// which keeps producer/consumer programs off the announcement path.
@@ -129,6 +146,8 @@ pub const Page = extern struct {
     /// In the entry of a slice after a page's first: how many entries back
     /// the page's own entry is. 0 in a page's own entry and in free slices.
     slice_back: u8 = 0,
+    /// The rest of `block_size`'s divisor (see block_inverse).
+    block_shift: u8 = 0,
     /// Address of block 0.
     area: [*]u8 = undefined,
     /// Blocks freed by other threads: count | top block | notifying.
@@ -149,11 +168,14 @@ pub const Page = extern struct {
         assert(area_bytes >= block_size);
         assert(page.slice_back == 0);
         const index = page.index;
+        const d = size_class.divisor(class);
         page.* = .{
             .class = class,
             .index = index,
             .slice_count = slices,
             .block_size = @intCast(block_size),
+            .block_inverse = d.inverse,
+            .block_shift = d.shift,
             .reserved = @intCast(area_bytes / block_size),
             .area = area,
         };
@@ -177,6 +199,7 @@ pub const Page = extern struct {
         block.setNext(page.free);
         page.free = @ptrCast(@alignCast(first));
         page.capacity += @intCast(count);
+        page.syncFreeLimit();
     }
 
     /// Like `extend`, but links the chunk in a random order (hardened
@@ -197,6 +220,7 @@ pub const Page = extern struct {
         }
         page.free = next;
         page.capacity += @intCast(count);
+        page.syncFreeLimit();
     }
 
     /// The block after `block` on one of this page's free lists. With
@@ -216,17 +240,26 @@ pub const Page = extern struct {
     }
 
     /// Owner-side writes of `used` (see the field).
-    pub inline fn setUsed(page: *Page, used: u32) void {
+    pub inline fn setUsed(page: *Page, used: BlockCount) void {
         // Monotonic: remote frees need only some recent value (see
         // pushThreadFree); a plain store on the fast path.
-        @atomicStore(u32, &page.used, used, .monotonic);
+        @atomicStore(BlockCount, &page.used, used, .monotonic);
+    }
+
+    /// The owner's change of `used` by one block on the fast paths: an
+    /// atomic load and store, not a read-modify-write (only the owner
+    /// writes), which x86 does in one instruction on memory.
+    pub inline fn addUsed(page: *Page, comptime delta: enum { up, down }) void {
+        // Monotonic: the owner reads its own last store.
+        const used = @atomicLoad(BlockCount, &page.used, .monotonic);
+        page.setUsed(if (delta == .up) used + 1 else used - 1);
     }
 
     /// Pops the first free block; the caller has checked there is one.
     pub inline fn pop(page: *Page) [*]u8 {
         const block = page.free.?;
         page.free = page.nextFree(block);
-        page.setUsed(page.used + 1);
+        page.addUsed(.up);
         return @ptrCast(block);
     }
 
@@ -273,6 +306,12 @@ pub const Page = extern struct {
         // SeqCst: setting `in_full` pairs with the SeqCst CAS and flags load
         // in pushThreadFree (see Heap.parkFull); otherwise a plain store.
         @atomicStore(u8, @as(*u8, @ptrCast(&page.flags)), @bitCast(flags), .seq_cst);
+        page.syncFreeLimit();
+    }
+
+    /// Keeps `free_limit` in step with `capacity` and the flags (owner).
+    pub inline fn syncFreeLimit(page: *Page) void {
+        page.free_limit = if (@as(u8, @bitCast(page.flags)) == 0) page.capacity else 0;
     }
 
     pub fn loadFlags(page: *const Page) Flags {
@@ -313,7 +352,7 @@ pub const Page = extern struct {
                     // Monotonic: the owner's own collect or allocation may
                     // race; both only happen on a page it is using, and
                     // its current page needs no announcement at all.
-                    (count == @atomicLoad(u32, &page.used, .monotonic) and !page.isCurrent()));
+                    (count == @atomicLoad(BlockCount, &page.used, .monotonic) and !page.isCurrent()));
             block.setNext(top);
             const new = (count << count_shift) | encodeTop(page, block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
             // SeqCst on success: publishes the block and its contents to the
@@ -375,7 +414,7 @@ pub const Page = extern struct {
         const count: u32 = @intCast(taken >> count_shift);
         assert(count > 0 and count <= page.used);
         page.free = decodeTop(page, taken);
-        page.setUsed(page.used - count);
+        page.setUsed(@intCast(page.used - count));
     }
 
     /// Forgets the stack of an entirely free page being given back: its
@@ -448,9 +487,9 @@ test "extend links blocks lazily, one chunk at a time" {
     var memory: [64 * 1024]u8 align(4096) = undefined;
     var page: Page = .{};
     page.init(size_class.ofSize(16), 1, &memory, memory.len);
-    try std.testing.expectEqual(@as(u32, 4096), page.reserved);
+    try std.testing.expectEqual(@as(BlockCount, 4096), page.reserved);
     page.extend();
-    try std.testing.expectEqual(@as(u32, extend_bytes_max / 16), page.capacity);
+    try std.testing.expectEqual(@as(BlockCount, extend_bytes_max / 16), page.capacity);
     var n: usize = 0;
     var prev: usize = 0;
     var it = page.free;
@@ -500,6 +539,6 @@ test "remote frees: counted, announced when the page empties, taken without a wa
     // The owner takes the stack when its own list is empty.
     page.free = null;
     page.collect();
-    try std.testing.expectEqual(@as(u32, 0), page.used);
+    try std.testing.expectEqual(@as(BlockCount, 0), page.used);
     try std.testing.expectEqual(blocks[2], page.free.?);
 }

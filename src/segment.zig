@@ -288,6 +288,16 @@ pub const Segment = extern struct {
         return @ptrFromInt(@intFromPtr(slice) - @as(usize, slice.slice_back) * @sizeOf(Page));
     }
 
+    /// `pageOf` in a segment of pages (not a huge mapping), for any
+    /// offset inside it: the slice shift is then a constant.
+    pub inline fn pageAtOffset(segment: *Segment, offset: usize) *Page {
+        assert(segment.kind == .pages and segment.page_shift == slice_shift);
+        assert(offset < segment_size_bytes);
+        const slice = &segment.pages[offset >> slice_shift];
+        // As in pageOf; a free slice's entry steps back nowhere.
+        return @ptrFromInt(@intFromPtr(slice) - @as(usize, slice.slice_back) * @sizeOf(Page));
+    }
+
     /// The owner, as seen by any thread. Monotonic: the owner compares it
     /// with itself (a value only it can have stored), and other threads only
     /// need some recent value (see Heap.notifyOwner for the one exception).
@@ -476,6 +486,7 @@ pub const Segment = extern struct {
         page.used = 0;
         page.flags = .{};
         page.capacity = 0;
+        page.free_limit = 0;
         return residentBytes(bits & segment.resident_mask);
     }
 

@@ -87,6 +87,38 @@ pub inline fn blockIndex(class: Class, offset: usize) usize {
     return @intCast((@as(u64, offset) * reciprocal_table[class]) >> reciprocal_shift);
 }
 
+/// A block size d = m * 2^k (m odd), as the fast C free tests an offset
+/// against it: `exactIndex(offset)` is offset / d when d divides the
+/// offset, and above (2^32 - 1) / d when it does not. Multiplying by the
+/// inverse of m modulo 2^32 and rotating right by k are both one-to-one on
+/// u32 and take q * d to q, so every other offset lands past the largest
+/// such q: one compare of the result with a block count asks "the start of
+/// one of the first `count` blocks" without a divide.
+pub const Divisor = struct {
+    inverse: u32,
+    shift: u5,
+
+    pub fn of(size: u32) Divisor {
+        assert(size > 0);
+        const shift: u5 = @intCast(@ctz(size));
+        const odd = size >> shift;
+        // Newton's step x' = x * (2 - m * x) doubles the correct low bits;
+        // an odd m is its own inverse modulo 8, so four steps give 48 >= 32.
+        var inverse: u32 = odd;
+        for (0..4) |_| inverse *%= 2 -% odd *% inverse;
+        assert(odd *% inverse == 1);
+        return .{ .inverse = inverse, .shift = shift };
+    }
+
+    pub inline fn exactIndex(d: Divisor, offset: u32) u32 {
+        return std.math.rotr(u32, offset *% d.inverse, d.shift);
+    }
+};
+
+pub fn divisor(class: Class) Divisor {
+    return Divisor.of(block_size_table[class]);
+}
+
 test "every size maps to the smallest class that holds it" {
     var size: usize = 1;
     while (size <= block_size_max_bytes) : (size += if (size < 70_000) 1 else 61) {
@@ -137,6 +169,37 @@ test "rounding a request up to its alignment gives a block that is a multiple of
             const size = std.mem.alignForward(usize, len, alignment);
             if (size > block_size_max_bytes) break;
             try std.testing.expect(blockSize(ofSize(size)) % alignment == 0);
+        }
+    }
+}
+
+test "exactIndex finds the block starts of a page, and only them" {
+    for (0..class_count) |c| {
+        const size: u32 = @intCast(blockSize(@intCast(c)));
+        const d = divisor(@intCast(c));
+        // A page holds at most offset_limit_bytes / size blocks.
+        const count: u32 = offset_limit_bytes / size;
+        // Every offset of the first 64 KiB.
+        var offset: u32 = 0;
+        while (offset < 64 * 1024) : (offset += 1) {
+            const index = d.exactIndex(offset);
+            if (offset % size == 0) {
+                try std.testing.expectEqual(offset / size, index);
+            } else try std.testing.expect(index >= count);
+        }
+        // Then each block start of the largest page, and offsets inside.
+        var start: u32 = 64 * 1024 / size * size;
+        while (start < offset_limit_bytes) : (start += size) {
+            try std.testing.expectEqual(start / size, d.exactIndex(start));
+            for ([_]u32{ 1, 8, size / 2, size - 8, size - 1 }) |inside| {
+                if (inside % size != 0) try std.testing.expect(d.exactIndex(start + inside) >= count);
+            }
+        }
+        // Offsets below a page's area wrap to 2^32 minus less than a
+        // segment: never a block.
+        var below: u32 = 1;
+        while (below <= offset_limit_bytes) : (below += if (below < 64 * 1024) 1 else 89) {
+            try std.testing.expect(d.exactIndex(0 -% below) >= count);
         }
     }
 }

@@ -29,6 +29,7 @@ const Segment = segment_mod.Segment;
 const thread = @import("thread.zig");
 const Heap = @import("heap.zig").Heap;
 const quarantine_slot_count = @import("quarantine.zig").slot_count;
+const BlockCount = @import("page.zig").BlockCount;
 
 pub const ClassStats = struct {
     /// Bytes per block of the class.
@@ -158,7 +159,7 @@ fn addSegment(walk: *Walk, address: usize) void {
     if (kind == .huge) {
         const mapping = @atomicLoad(usize, &segment.huge_mapping_bytes, .monotonic);
         // Monotonic: 1 while the block is live, 0 once freed (cached).
-        if (@atomicLoad(u32, &segment.pages[0].used, .monotonic) == 0) {
+        if (@atomicLoad(BlockCount, &segment.pages[0].used, .monotonic) == 0) {
             s.committed_bytes += mapping;
             return;
         }
@@ -186,14 +187,14 @@ fn addSegment(walk: *Walk, address: usize) void {
         // Monotonic: as above (written by the owner as it sets pages up).
         if (@atomicLoad(u8, &p.slice_back, .monotonic) != 0) continue; // not a page's first slice
         // Monotonic: as above (written by the owner as it extends the page).
-        const touched = @as(usize, @atomicLoad(u32, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
+        const touched = @as(usize, @atomicLoad(BlockCount, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
         if (touched == 0) continue;
         s.committed_bytes += std.mem.alignForward(usize, touched, page);
         // Hardened: the page's bits in the live map, cleared when it was set up.
         if (config.hardening.check_frees) s.committed_bytes += @sizeOf(Segment.LiveWords);
         const class = @atomicLoad(size_class.Class, &p.class, .monotonic);
         if (class >= size_class.class_count) continue;
-        const used = @atomicLoad(u32, &p.used, .monotonic);
+        const used = @atomicLoad(BlockCount, &p.used, .monotonic);
         const live = used -| p.pendingCount();
         const c = &s.classes[class];
         c.pages += 1;

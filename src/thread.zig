@@ -141,7 +141,19 @@ comptime {
 
 /// The calling thread's heap (`Heap.empty` before its first allocation).
 pub inline fn current() *Heap {
-    if (config.shared_object) return tlsSlot().*;
+    if (config.shared_object) {
+        // One load relative to %fs, where tlsSlot().* takes two (the
+        // thread pointer, then the heap): this runs on every malloc and
+        // free. Volatile, with a memory clobber: setCurrent's store must
+        // not be reordered with it, nor two reads merged across it. In rax:
+        // left to choose, the compiler takes rdi and moves free's argument
+        // out of it.
+        if (builtin.cpu.arch == .x86_64) return asm volatile ("movq %%fs:(%[offset]), %[heap]"
+            : [heap] "={rax}" (-> *Heap),
+            : [offset] "r" (tlsOffset()),
+            : .{ .memory = true });
+        return tlsSlot().*;
+    }
     return tls_heap.kennel_thread_heap;
 }
 
@@ -156,17 +168,7 @@ fn setCurrent(heap: *Heap) void {
 /// from the GOT (fixed when the library is loaded), so no __tls_get_addr.
 /// A library loaded with LD_PRELOAD (or linked) always gets static TLS.
 inline fn tlsSlot() **Heap {
-    const offset = switch (builtin.cpu.arch) {
-        .x86_64 => asm ("movq kennel_thread_heap@gottpoff(%%rip), %[offset]"
-            : [offset] "=r" (-> usize),
-        ),
-        .aarch64 => asm (
-            \\adrp %[offset], :gottprel:kennel_thread_heap
-            \\ldr %[offset], [%[offset], #:gottprel_lo12:kennel_thread_heap]
-            : [offset] "=r" (-> usize),
-        ),
-        else => comptime unreachable,
-    };
+    const offset = tlsOffset();
     const thread_pointer = switch (builtin.cpu.arch) {
         // glibc keeps the TCB's own address at %fs:0.
         .x86_64 => asm ("movq %%fs:0, %[tp]"
@@ -178,6 +180,21 @@ inline fn tlsSlot() **Heap {
         else => comptime unreachable,
     };
     return @ptrFromInt(thread_pointer +% offset);
+}
+
+/// The heap pointer's offset from the thread pointer (see tlsSlot).
+inline fn tlsOffset() usize {
+    return switch (builtin.cpu.arch) {
+        .x86_64 => asm ("movq kennel_thread_heap@gottpoff(%%rip), %[offset]"
+            : [offset] "=r" (-> usize),
+        ),
+        .aarch64 => asm (
+            \\adrp %[offset], :gottprel:kennel_thread_heap
+            \\ldr %[offset], [%[offset], #:gottprel_lo12:kennel_thread_heap]
+            : [offset] "=r" (-> usize),
+        ),
+        else => comptime unreachable,
+    };
 }
 
 /// Heaps in the registry's first chunk; chunk k holds this many << k.

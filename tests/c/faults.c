@@ -180,6 +180,96 @@ static void free_huge_middle(void) {
     free(p + (5 << 20));
 }
 
+/* ---- The same after a free into the same segment ------------------------
+
+   The fast library remembers the segment each thread last freed into and
+   checks a pointer into it without the segment map, fused with the free
+   itself: every fault must be caught the same way there. warm() makes the
+   remembered segment the one of the blocks that follow. */
+
+static void warm(size_t size) { free(malloc(size)); }
+
+static void free_interior_warm(void) {
+    warm(100);
+    free_interior();
+}
+
+static void free_misaligned_warm(void) {
+    warm(64);
+    free_misaligned();
+}
+
+static void free_never_handed_out_warm(void) {
+    warm(3000);
+    free_never_handed_out();
+}
+
+static void free_static_warm(void) {
+    warm(100);
+    free_static();
+}
+
+static void double_free_warm(void) {
+    warm(40);
+    double_free();
+}
+
+static void double_free_two_threads_warm(void) {
+    warm(80);
+    double_free_two_threads();
+}
+
+/* A page of several 64 KiB slices (blocks of 40000 bytes): a fresh page
+   hands its blocks out in address order, so 64 KiB past the first block
+   lies the middle of the second, in the page's second slice. The third
+   starts there too: its free must pass. */
+static void free_interior_second_slice(void) {
+    char *blocks[4];
+    for (int i = 0; i < 4; i++) blocks[i] = malloc(40000);
+    free(blocks[3]);
+    free(blocks[2]); /* a valid block past the page's first slice */
+    char *p = blocks[0] + (64 << 10) + 16;
+    if (p >= blocks[1] + malloc_usable_size(blocks[1]) || p <= blocks[1]) {
+        fprintf(stderr, "blocks not in address order\n");
+        _exit(2);
+    }
+    announce(p);
+    free(p);
+}
+
+/* A slice kennel does not use: the next to last of the block's segment
+   (kennel's segments are 4 MiB, aligned to their size, and pages are taken
+   from the first slices), which a child this young has not used. */
+static void free_unused_slice(void) {
+    char *p = malloc(100);
+    warm(100);
+    char *unused = (char *)((uintptr_t)p & ~(uintptr_t)((4 << 20) - 1)) + 62 * (64 << 10) + 256;
+    announce(unused);
+    free(unused);
+}
+
+/* Not a double free: another thread frees a block, its owner hands it out
+   again, and then frees it. */
+static void free_after_remote_free_and_reuse(void) {
+    warm(48);
+    char *p = malloc(48);
+    pthread_t t;
+    pthread_create(&t, NULL, free_it, p);
+    pthread_join(t, NULL);
+    /* The owner takes the other thread's frees back when its own list of
+       the page runs dry. */
+    for (int i = 0; i < 100000; i++) {
+        char *q = malloc(48);
+        if (q == p) {
+            memset(q, 0, 48);
+            free(q);
+            return;
+        }
+    }
+    fprintf(stderr, "the block did not come back\n");
+    _exit(2);
+}
+
 /* ---- Corrupted free lists ---------------------------------------------- */
 
 static void write_after_free(void) {
@@ -398,6 +488,15 @@ static const struct fault faults[] = {
     {"free(never handed out)", free_never_handed_out, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
     {"free(foreign mapping)", free_foreign_mapping, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"free(huge middle)", free_huge_middle, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"free(interior), warm", free_interior_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(misaligned), warm", free_misaligned_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(never handed out), warm", free_never_handed_out_warm, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
+    {"free(static), warm", free_static_warm, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"double free, warm", double_free_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free, 2 threads, warm", double_free_two_threads_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"free(interior, second slice)", free_interior_second_slice, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(unused slice)", free_unused_slice, ABORT_NAMING, ABORT_NAMING, "in memory kennel does not use", NULL},
+    {"free after remote free+reuse", free_after_remote_free_and_reuse, CLEAN, CLEAN, NULL, NULL},
     /* Hardened, the block's first word is lost in the quarantine (a link
        is written there when the block leaves it); the zeroing check sees
        the rest. */
