@@ -210,6 +210,8 @@ pub const Resident = struct { resident: usize, total: usize };
 /// tell (then nothing asks for huge pages either). One system call.
 pub fn residentPages(ptr: [*]u8, len: usize) ?Resident {
     assert(@intFromPtr(ptr) % pageSize() == 0);
+    // Only huge-page advice needs it, which only Linux takes.
+    if (!@hasDecl(backend, "residentPages")) return null;
     return backend.residentPages(@intFromPtr(ptr), @min(len, resident_sample_pages * pageSize()));
 }
 

@@ -80,13 +80,6 @@ pub fn commit(address: usize, len: usize) bool {
     comptime unreachable; // purge_needs_commit is false
 }
 
-/// Only huge-page advice needs it, which only Linux takes.
-pub fn residentPages(address: usize, len: usize) ?os.Resident {
-    _ = address;
-    _ = len;
-    return null;
-}
-
 pub fn adviseHugePages(address: usize, len: usize) void {
     // Transparent huge pages are a Linux feature; FreeBSD promotes
     // superpages by itself, macOS does not for anonymous memory.

@@ -166,13 +166,6 @@ pub fn commit(address: usize, len: usize) bool {
     comptime unreachable; // purge_needs_commit is false
 }
 
-/// Only huge-page advice needs it, which only Linux takes.
-pub fn residentPages(address: usize, len: usize) ?os.Resident {
-    _ = address;
-    _ = len;
-    return null;
-}
-
 pub fn adviseHugePages(address: usize, len: usize) void {
     _ = address;
     _ = len;

@@ -116,13 +116,6 @@ pub fn commit(address: usize, len: usize) bool {
     return VirtualAlloc(@ptrFromInt(address), len, MEM_COMMIT, PAGE_READWRITE) != null;
 }
 
-/// Only huge-page advice needs it, which only Linux takes.
-pub fn residentPages(address: usize, len: usize) ?os.Resident {
-    _ = address;
-    _ = len;
-    return null;
-}
-
 pub fn adviseHugePages(address: usize, len: usize) void {
     // Large pages need a privilege and locked memory: not for a heap.
     _ = address;
