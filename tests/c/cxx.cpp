@@ -25,17 +25,7 @@
 
 #include "kennel.h"
 
-static int failures;
-
-#define CHECK(what, cond)                                                      \
-    do {                                                                       \
-        if (cond) {                                                            \
-            std::printf("ok    %s\n", what);                                   \
-        } else {                                                               \
-            std::printf("FAIL  %s (line %d)\n", what, __LINE__);               \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 // Sizes no allocator can serve; volatile, so the compiler cannot reason
 // about them (and reject or fold the calls).

@@ -15,17 +15,7 @@
 
 #include "kennel.h"
 
-static int failures;
-
-#define CHECK(what, cond)                                                      \
-    do {                                                                       \
-        if (cond) {                                                            \
-            std::printf("ok    %s\n", what);                                   \
-        } else {                                                               \
-            std::printf("FAIL  %s (line %d)\n", what, __LINE__);               \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 // A bump allocator: deletes are counted, never reused.
 alignas(16) static unsigned char pool[1 << 22];
