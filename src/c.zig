@@ -114,7 +114,7 @@ fn free(ptr: ?*anyopaque) callconv(.c) void {
 
 noinline fn freeGeneric(ptr: ?*anyopaque) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
-    if (config.hardening.zero_size and secure.isZeroSize(p)) return;
+    if (config.hardening.zero_size and secure.isZeroSize(p)) return releaseZeroSize(p, "free");
     check.beforeFree(p, null, "free");
     if (config.fused_free) {
         Heap.freeRemembering(p);
@@ -122,6 +122,15 @@ noinline fn freeGeneric(ptr: ?*anyopaque) void {
         quarantine.hold(p);
     } else {
         Heap.free(p);
+    }
+}
+
+/// Hardened: takes back what malloc(0) returned, or stops the program.
+fn releaseZeroSize(p: [*]u8, comptime function: []const u8) void {
+    switch (secure.releaseZeroSize(p)) {
+        .released => {},
+        .double_free => os.fatal(function ++ "(): double free of 0x{x} (a zero-size block)", .{@intFromPtr(p)}),
+        .not_handed_out => os.fatal(function ++ "(): invalid pointer 0x{x}: inside the zero-size region, not a block kennel handed out", .{@intFromPtr(p)}),
     }
 }
 
@@ -158,7 +167,12 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
         free(ptr);
         return null;
     }
-    if (config.hardening.zero_size and secure.isZeroSize(p)) return malloc(size);
+    if (config.hardening.zero_size and secure.isZeroSize(p)) {
+        // Allocate first: on failure, realloc leaves the block as it was.
+        const fresh = malloc(size) orelse return null;
+        releaseZeroSize(p, "realloc");
+        return fresh;
+    }
     const checked = check.validate(p, "realloc");
     if (check.c_tail_bytes != 0) check.checkTailCanary(p, checked.usable, "realloc");
     const old_size = checked.usable - check.c_tail_bytes;
@@ -391,7 +405,7 @@ const guard_handler = struct {
     fn onFault(_: std.c.SIG, info: *const std.c.siginfo_t, _: ?*anyopaque) callconv(.c) void {
         const address = @intFromPtr(info.fields.sigfault.addr);
         if (check.guardHit(address)) |base| {
-            os.fatal("heap overflow: access to the guard page at 0x{x} (end of the kennel mapping at 0x{x})", .{ address, base });
+            os.fatal("heap overflow: access to the guard page at 0x{x} (in the kennel mapping at 0x{x})", .{ address, base });
         }
         if (config.hardening.zero_size and secure.isZeroSize(@ptrFromInt(address)))
             os.fatal("access to the zero-size block at 0x{x} (malloc(0))", .{address});

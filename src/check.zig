@@ -36,6 +36,7 @@ const config = @import("config.zig");
 const os = @import("os.zig");
 const secure = @import("secure.zig");
 const size_class = @import("size_class.zig");
+const huge = @import("huge.zig");
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const page_mod = @import("page.zig");
@@ -80,14 +81,22 @@ inline fn freedMark(page: *const Page) usize {
     return @intFromPtr(page);
 }
 
-/// A block's word and bit in its segment's live map (hardened).
-const LiveBit = struct { word: *std.atomic.Value(usize), mask: usize };
+/// A block's word and bit in its segment's block map (hardened), and the
+/// bit beside it that says it was handed out since its page was set up
+/// (`handed`; 0 in a page of too many blocks to keep one: see
+/// Segment.live_map_bytes).
+const LiveBit = struct { word: *std.atomic.Value(usize), mask: usize, handed: usize };
 
 fn liveBit(segment: *Segment, page: *const Page, block: *const Words) LiveBit {
     const index = size_class.blockIndex(page.class, @intFromPtr(block) - @intFromPtr(page.area));
-    assert(index < Segment.live_bits_per_page);
+    assert(index < page.reserved and index < Segment.live_bits_per_page);
+    const pairs = page.reserved <= Segment.handed_blocks_max;
+    // In pairs the handed bit is the next one, in the same word (2 * index
+    // is even).
+    const bit = if (pairs) 2 * index else index;
     const bits = @bitSizeOf(usize);
-    return .{ .word = &segment.liveWords(page.index)[index / bits], .mask = @as(usize, 1) << @intCast(index % bits) };
+    const mask = @as(usize, 1) << @intCast(bit % bits);
+    return .{ .word = &segment.liveWords(page.index)[bit / bits], .mask = mask, .handed = if (pairs) mask << 1 else 0 };
 }
 
 /// A block that passed `validate`.
@@ -225,16 +234,15 @@ fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
 /// on: C rounds every request to 16 bytes, and the hardened Zig allocator
 /// rounds up to it.
 pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zeroed: bool) void {
-    if (config.hardening.check_frees) {
-        markLive(ptr, alignment);
-    } else if (config.validate_frees) {
+    const handed_before = if (Segment.has_block_map) markLive(ptr, alignment) else true;
+    if (config.validate_frees and !config.hardening.check_frees) {
         const block = blockOf(ptr, alignment);
         memcheck.wordAccess(&block[1]);
         // Monotonic: a plain store; only a double free could race with it.
         @atomicStore(usize, &block[1], 0, .monotonic);
         memcheck.wordDone(&block[1]);
     }
-    if (scrubs) reuse(ptr, alignment);
+    if (scrubs) reuse(ptr, alignment, handed_before);
     if (config.hardening.canary) {
         if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + Heap.usableSize(ptr));
     }
@@ -243,25 +251,35 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
 
 /// A block is handed out (zero_freed, guard_freed_large): a large one's
 /// guarded pages become accessible, and everything past its link must still
-/// be zero, or it was written while free.
-fn reuse(ptr: [*]u8, alignment: usize) void {
+/// be zero, or it was written while free. A block not handed out before
+/// since its page was set up (`handed_before` false) was never freed there:
+/// nothing was guarded, and only the kernel page holding its link is
+/// checked (see secure.reuseFreed).
+fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) void {
     const segment = Segment.ofPtr(ptr);
     if (segment.kind == .huge) return;
     const block: [*]u8 = @ptrCast(blockOf(ptr, alignment));
-    if (secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes)) |offset|
+    if (secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes, handed_before)) |offset|
         os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
 }
 
-/// Sets the live bit of a block just handed out (hardened).
-fn markLive(ptr: [*]u8, alignment: usize) void {
+/// Sets the live bit (check_frees) and the handed-out bit (zeroing and
+/// guarding) of a block just handed out, with one atomic. Returns whether
+/// the block may have been freed since its page was set up: it was handed
+/// out before, or its page keeps no handed-out bits.
+fn markLive(ptr: [*]u8, alignment: usize) bool {
     const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return; // `used` says it (see markFreed)
+    if (segment.kind == .huge) return true; // `used` says it (see markFreed)
     const page = segment.pageOf(ptr);
     const bit = liveBit(segment, page, blockOf(ptr, alignment));
-    // Monotonic: as in markFreed. A bit already set means the free list
-    // handed out a live block: only a corrupted list does that.
-    if (bit.word.fetchOr(bit.mask, .monotonic) & bit.mask != 0)
+    const live = if (config.hardening.check_frees) bit.mask else 0;
+    const handed = if (scrubs) bit.handed else 0;
+    // Monotonic: as in markFreed. A live bit already set means the free
+    // list handed out a live block: only a corrupted list does that.
+    const old = bit.word.fetchOr(live | handed, .monotonic);
+    if (old & live != 0)
         os.fatal("corrupted free list: the live block 0x{x} was handed out again", .{@intFromPtr(ptr)});
+    return handed == 0 or old & handed != 0;
 }
 
 /// After a block was resized: in place (`new == old`) or moved whole (huge).
@@ -364,12 +382,44 @@ pub fn guardHit(address: usize) ?usize {
         if (segment_mod.segment_map.contains(base)) {
             const segment: *Segment = @ptrFromInt(base);
             const end = base + if (segment.kind == .huge) segment.huge_mapping_bytes else segment_mod.segment_size_bytes;
-            return if (address >= end - guard and address < end) base else null;
+            if (address >= end - guard and address < end) return base;
+            if (segment.kind == .pages and address < end and pageGuardHit(segment, address)) return base;
+            // The guard between a segment's or huge mapping's header and its
+            // blocks.
+            const offset = if (segment.kind == .huge) huge.headerGuardOffset() else Segment.headerGuardOffset();
+            const header_guard = base + (offset orelse return null);
+            return if (address >= header_guard and address < header_guard + guard) base else null;
         }
         if (base == 0) return null;
         base -= segment_mod.segment_size_bytes;
     }
     return null;
+}
+
+/// Whether `address` lies in the guard at the end of a medium or large page
+/// in use (Segment.pageGuard). Safe in a signal handler, as `guardHit` is.
+fn pageGuardHit(segment: *Segment, address: usize) bool {
+    const guard = segment_mod.pageGuardBytes();
+    if (guard == 0) return false;
+    const page = pageInUseAt(segment, address) orelse return false;
+    // Monotonic: as in pageInUseAt.
+    const slices = @atomicLoad(u8, &page.slice_count, .monotonic);
+    if (slices <= 1) return false;
+    const end = @intFromPtr(segment) + ((@as(usize, page.index) + slices) << segment_mod.slice_shift);
+    return address >= end - guard and address < end;
+}
+
+/// The page in use whose slices hold `address`, an address in `segment` (a
+/// segment of pages), if any. Safe in a signal handler: it only loads
+/// fields, each set up before any block of the page was handed out.
+fn pageInUseAt(segment: *Segment, address: usize) ?*Page {
+    const base = @intFromPtr(segment);
+    assert(address >= base and address - base < segment_mod.segment_size_bytes);
+    const slice = (address - base) >> segment_mod.slice_shift;
+    // Monotonic, both: a snapshot (see above).
+    const first = slice -| @atomicLoad(u8, &segment.pages[slice].slice_back, .monotonic);
+    if (Segment.loadMaskRelaxed(&segment.free_mask) & (@as(u64, 1) << @intCast(first)) != 0) return null;
+    return &segment.pages[first];
 }
 
 /// If `address` lies in a block of a large page (above 64 KiB, whose freed
@@ -385,10 +435,7 @@ pub fn largeBlockHit(address: usize) ?usize {
     // Monotonic, all: a snapshot of fields set up before any block of the
     // page was handed out.
     if (@atomicLoad(segment_mod.SegmentKind, &segment.kind, .monotonic) != .pages) return null;
-    const slice = (address - base) >> segment_mod.slice_shift;
-    const first = slice -| @atomicLoad(u8, &segment.pages[slice].slice_back, .monotonic);
-    if (Segment.loadMaskRelaxed(&segment.free_mask) & (@as(u64, 1) << @intCast(first)) != 0) return null;
-    const page = &segment.pages[first];
+    const page = pageInUseAt(segment, address) orelse return null;
     const block_size = @atomicLoad(u32, &page.block_size, .monotonic);
     if (block_size <= segment_mod.medium_block_max_bytes) return null;
     const capacity = @atomicLoad(page_mod.BlockCount, &page.capacity, .monotonic);

@@ -108,6 +108,39 @@ test "hardened: a write after free anywhere in a block is caught when it is hand
     try util.expectAbort(writeAfterFreeDeep, "write after free: the free block 0x");
 }
 
+/// Minor page faults of this process so far (Linux).
+fn minorFaults() usize {
+    var usage: std.os.linux.rusage = undefined;
+    if (std.os.linux.errno(std.os.linux.getrusage(std.os.linux.rusage.SELF, &usage)) != .SUCCESS) @panic("getrusage failed");
+    return @intCast(usage.minflt);
+}
+
+test "hardened: a fresh block's untouched memory is not read when it is handed out" {
+    // Under qemu the counts are the emulator's.
+    if (!hardening.zero_freed or builtin.os.tag != .linux or util.under_qemu) return error.SkipZigTest;
+    // Medium blocks of several kernel pages each, never freed before.
+    const count = 64;
+    const block_bytes = 40 * 1024;
+    var blocks: [count][]u8 = undefined;
+    const start = minorFaults();
+    // rawAlloc: `alloc` fills a block in safe builds.
+    for (&blocks) |*block| block.* = (gpa.rawAlloc(block_bytes, .@"16", @returnAddress()) orelse return error.OutOfMemory)[0..block_bytes];
+    const handing = minorFaults() - start;
+    for (blocks) |block| @memset(block, 1);
+    const touching = minorFaults() - start - handing;
+    for (blocks) |block| gpa.rawFree(block, .@"16", @returnAddress());
+    // Memory that was resident already costs no fault either way.
+    const kernel_pages = count * block_bytes / std.heap.pageSize();
+    if (touching < kernel_pages / 2) {
+        std.debug.print("fresh blocks: the blocks' memory was resident already ({d} faults to hand out, {d} to touch {d} kernel pages)\n", .{ handing, touching, kernel_pages });
+        return error.SkipZigTest;
+    }
+    // Checking the whole of each block would have read every kernel page
+    // (a fault each), and touching them would have faulted each again.
+    std.debug.print("fresh blocks: {d} faults handing out, {d} touching {d} kernel pages\n", .{ handing, touching, kernel_pages });
+    try std.testing.expect(handing * 4 <= touching);
+}
+
 test "hardened: a freed block is not handed out again at once" {
     if (!hardening.quarantine) return error.SkipZigTest;
     const keep = try gpa.create([48]u8);
@@ -173,6 +206,78 @@ test "hardened: guard pages end segments and huge blocks" {
     try expectFault(pastHugeBlock);
 }
 
+test "hardened: a guard page lies between a segment's header and its blocks" {
+    // With 64 KiB kernel pages no guard fits in the first slice.
+    if (!hardening.guard_pages or std.heap.pageSize() > 16 * 1024) return error.SkipZigTest;
+    const small = try gpa.alloc(u8, 64);
+    defer gpa.free(small);
+    const base = segmentBase(small.ptr);
+    // The header is there, and above it, within the first 64 KiB slice, a
+    // guard (an underflow from the slice's blocks meets it first).
+    try std.testing.expectEqualStrings("rw-p", try permissionsAt(base));
+    _ = headerGuard(base) orelse return error.TestGuardPageMissing;
+    try expectFault(underflowIntoHeader);
+}
+
+test "hardened: a guard page lies between a huge block's header and the block" {
+    if (!hardening.guard_pages) return error.SkipZigTest;
+    var block = try gpa.alloc(u8, 3 << 20);
+    defer gpa.free(block);
+    for (0..2) |_| {
+        const base = segmentBase(block.ptr - 1);
+        try std.testing.expectEqualStrings("rw-p", try permissionsAt(base));
+        _ = guardBelow(base, @intFromPtr(block.ptr)) orelse return error.TestGuardPageMissing;
+        // Growing a hardened huge block moves it: the guard goes along, and
+        // so do the contents.
+        @memset(block, 7);
+        block = try gpa.realloc(block, 6 << 20);
+        try std.testing.expect(std.mem.allEqual(u8, block[0 .. 3 << 20], 7));
+    }
+    try expectFault(underflowIntoHugeHeader);
+}
+
+/// The first inaccessible kernel page in [base, end).
+fn guardBelow(base: usize, end: usize) ?usize {
+    var page = base;
+    while (page < end) : (page += std.heap.pageSize()) {
+        const permissions = permissionsAt(page) catch return null;
+        if (std.mem.eql(u8, permissions, "---p")) return page;
+    }
+    return null;
+}
+
+fn underflowIntoHugeHeader() void {
+    const block = gpa.alloc(u8, 3 << 20) catch unreachable;
+    const guard = guardBelow(segmentBase(block.ptr - 1), @intFromPtr(block.ptr)) orelse return;
+    const last: *volatile u8 = @ptrFromInt(guard + std.heap.pageSize() - 1);
+    last.* = 1;
+}
+
+fn segmentBase(ptr: [*]u8) usize {
+    const segment_bytes = 4 * 1024 * 1024;
+    return @intFromPtr(ptr) & ~@as(usize, segment_bytes - 1);
+}
+
+/// The first inaccessible kernel page of the segment's first slice.
+fn headerGuard(base: usize) ?usize {
+    const slice_bytes = 64 * 1024;
+    var page = base;
+    while (page < base + slice_bytes) : (page += std.heap.pageSize()) {
+        const permissions = permissionsAt(page) catch return null;
+        if (std.mem.eql(u8, permissions, "---p")) return page;
+    }
+    return null;
+}
+
+fn underflowIntoHeader() void {
+    const block = gpa.alloc(u8, 64) catch unreachable;
+    const guard = headerGuard(segmentBase(block.ptr)) orelse return;
+    // Writes down from the guard's last byte, as a run below the slice's
+    // first block would reach it.
+    const last: *volatile u8 = @ptrFromInt(guard + std.heap.pageSize() - 1);
+    last.* = 1;
+}
+
 /// The permissions of the mapping that holds `address`, from
 /// /proc/self/maps ("rw-p", "---p", ...). Read a piece at a time: after
 /// the thread tests the file holds tens of thousands of mappings.
@@ -214,6 +319,20 @@ fn permissionsAt(address: usize) ![]const u8 {
 
 /// The child must die of a fault: SIGSEGV, or the abort of a handler that
 /// reports one.
+/// A run of writes from a medium block (8-64 KiB; pages of 512 KiB) as long
+/// as its page: it meets the guard at the page's end wherever in the page
+/// the block lies.
+fn overflowMediumPage() void {
+    const block = gpa.alloc(u8, 40 * 1024) catch unreachable;
+    const run: [*]volatile u8 = block.ptr;
+    for (0..512 * 1024) |i| run[i] = 'M';
+}
+
+test "hardened: a run of writes from a medium block faults at its page's end" {
+    if (!hardening.guard_pages or builtin.os.tag != .linux) return error.SkipZigTest;
+    try expectFault(overflowMediumPage);
+}
+
 fn expectFault(comptime body: fn () void) !void {
     var buffer: [4096]u8 = undefined;
     const end = try util.runChild(body, &buffer);

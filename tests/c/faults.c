@@ -325,6 +325,44 @@ static void overflow_into_guard_page(void) {
     memset(p + end, 'C', 4096);
 }
 
+/* A run of writes from a medium block (blocks of 8-64 KiB share pages of
+   512 KiB) as long as its page: hardened, the page ends in a guard page,
+   which the run meets wherever in the page the block lies. Without it the
+   run would go on through the next page. */
+static void overflow_medium_page(void) {
+    char *p = malloc(40 << 10);
+    if (p == NULL) abort();
+    announce(p);
+    for (volatile char *q = p; q < p + (512 << 10); q++) *q = 'M';
+}
+
+/* A run of writes below the first blocks of a segment, towards its header
+   (the page metadata): hardened, a guard page lies between them. Small
+   blocks are taken until one lies in the segment's first 64 KiB. */
+static void underflow_into_segment_header(void) {
+    enum { segment_bytes = 4 << 20, first_slice_bytes = 64 << 10 };
+    char *first = NULL;
+    for (int i = 0; i < 300000 && first == NULL; i++) {
+        char *p = malloc(64);
+        if (((uintptr_t)p & (segment_bytes - 1)) < first_slice_bytes) first = p;
+    }
+    if (first == NULL) abort();
+    announce(first);
+    uintptr_t base = (uintptr_t)first & ~(uintptr_t)(segment_bytes - 1);
+    for (volatile char *q = first - 1; (uintptr_t)q >= base + 4096; q--) *q = 'U';
+}
+
+/* A run of writes below a huge block, towards its mapping's header:
+   hardened, a guard page lies between them. */
+static void underflow_into_huge_header(void) {
+    enum { segment_bytes = 4 << 20 };
+    char *p = malloc(3 << 20);
+    if (p == NULL) abort();
+    announce(p);
+    uintptr_t base = ((uintptr_t)p - 1) & ~(uintptr_t)(segment_bytes - 1);
+    for (volatile char *q = p - 1; (uintptr_t)q >= base + 4096; q--) *q = 'U';
+}
+
 /* ---- Use after free of a huge block: the mapping is gone (hardened) or
    cached for reuse (fast, where the read is harmless). -------------------- */
 
@@ -423,6 +461,32 @@ static void zero_size_blocks(void) {
     free(r);
 }
 
+/* Hardened, malloc(0) addresses repeat after 4 Mi of them (a 64 MiB region,
+   16 bytes apart): one still live is skipped, so freeing both is fine. */
+static void zero_size_wrap(void) {
+    void *first = malloc(0);
+    for (size_t i = 0; i < ((size_t)64 << 20) / 16 + 16; i++) {
+        void *p = malloc(0);
+        if (p == first) abort();
+        free(p);
+    }
+    free(first);
+}
+
+static void double_free_zero_size(void) {
+    void *p = malloc(0);
+    free(p);
+    announce(p);
+    free(p);
+}
+
+static void realloc_freed_zero_size(void) {
+    void *p = malloc(0);
+    free(p);
+    announce(p);
+    free(realloc(p, 10));
+}
+
 static void read_zero_size(void) {
     volatile char *p = malloc(0);
     announce((void *)p);
@@ -503,6 +567,9 @@ static const struct fault faults[] = {
     {"write after free", write_after_free, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
     {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
     {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
+    {"overflow of a medium page", overflow_medium_page, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
+    {"underflow into a segment header", underflow_into_segment_header, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
+    {"underflow into a huge header", underflow_into_huge_header, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
     {"read after free (huge)", read_after_free_huge, SEGV, CLEAN, NULL, NULL},
     {"write into slack", write_into_slack, CLEAN, CLEAN, NULL, NULL},
     {"overflow by one byte", overflow_one_byte, ABORT_NAMING, NOT_RUN, "canary", NULL},
@@ -512,6 +579,9 @@ static const struct fault faults[] = {
     {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"malloc(0): unique, freeable", zero_size_blocks, CLEAN, CLEAN, NULL, NULL},
+    {"malloc(0) after its addresses wrap", zero_size_wrap, CLEAN, CLEAN, NULL, NULL},
+    {"double free of malloc(0)", double_free_zero_size, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"realloc of a freed malloc(0)", realloc_freed_zero_size, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"read of a malloc(0) block", read_zero_size, ABORT_NAMING, CLEAN, "zero-size block", NULL},
     {"operator new, no C++ runtime", new_without_runtime, ABORT_SAYING, ABORT_SAYING,
      "operator new(9223372036854775807 bytes, aligned to 16) failed, and no C++ runtime is loaded to throw std::bad_alloc", NULL},
