@@ -37,6 +37,7 @@ const config = @import("config.zig");
 const purge = @import("purge.zig");
 const secure = @import("secure.zig");
 const quarantine = @import("quarantine.zig");
+const pool = @import("pool.zig");
 
 /// Requests up to this size (and alignment) take the direct fast path.
 pub const direct_size_max_bytes = 1024;
@@ -354,9 +355,11 @@ pub const Heap = struct {
             if (heap.findPageInQueue(class)) |page| return page;
             if (heap.takeFreeSpan(slices)) |page| return heap.installPage(page, class);
         }
-        const segment = Segment.create(heap) orelse return null;
+        const segment = heap.takePooled() orelse Segment.create(heap) orelse return null;
         heap.addSegment(segment);
-        return heap.installPage(heap.takeSpanFrom(segment, slices) orelse return null, class);
+        // An empty segment holds a run for any page.
+        const choice = segment.choose(slices) orelse unreachable;
+        return heap.installPage(heap.takeSpanFrom(segment, .{ .first = choice.first, .slices = slices }) orelse return null, class);
     }
 
     fn findPageInQueue(heap: *Heap, class: size_class.Class) ?*Page {
@@ -403,10 +406,12 @@ pub const Heap = struct {
     fn installPage(heap: *Heap, page: *Page, class: size_class.Class) *Page {
         const segment = Segment.ofPtr(page);
         const slices = segment_mod.pageSlices(class);
-        const area = segment.pageArea(page.index, slices);
+        const area = segment.blockArea(page.index, slices);
         page.init(class, slices, area.ptr, area.len);
-        // Hardened: no block of the page is live (see Segment.live_map_bytes).
-        if (config.hardening.check_frees) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
+        if (segment.pageGuard(page)) |guard| secure.closePageGuard(guard);
+        // Hardened: no block of the page is live or was handed out (see
+        // Segment.live_map_bytes).
+        if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
         heap.extendPage(page);
         heap.queuePushFront(page);
         return page;
@@ -578,7 +583,10 @@ pub const Heap = struct {
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
-        if (config.hardening.zero_freed or config.hardening.guard_freed_large) secure.pageReleased(page.area, page.block_size, page.capacity);
+        const guard = segment.pageGuard(page);
+        if (config.hardening.zero_freed or config.hardening.guard_freed_large) {
+            secure.pageReleased(page.area, page.block_size, page.capacity, guard);
+        } else if (guard) |g| secure.openPageGuard(g);
         const had_free = segment.hasFreeSlice();
         heap.dirty_bytes += segment.releasePage(page);
         segment.freed_period = heap.period_index;
@@ -637,32 +645,62 @@ pub const Heap = struct {
         }
     }
 
-    /// A page of `slices` slices from the heap's segments or its spares.
-    /// Segments in use come first, so that spares can go back to the OS.
+    /// A page of `slices` slices from the heap's segments or its spares:
+    /// where it faults least (see `bestFit`), segments in use before spares
+    /// of equal fit, so that spares can go back to the OS.
     fn takeFreeSpan(heap: *Heap, slices: u8) ?*Page {
-        if (slices == 1) {
-            if (heap.with_free.first) |segment| return heap.takeSpanFrom(segment, 1).?;
-        } else {
-            var steps = heap.with_run.count;
-            var it = heap.with_run.first;
-            while (it) |segment| : (steps -= 1) {
-                assert(steps > 0);
-                it = segment.with_run.next;
-                // A large page may need a longer run than the list promises.
-                if (heap.takeSpanFrom(segment, slices)) |page| return page;
-            }
+        const in_use = if (slices == 1) heap.bestFit("with_free", slices) else heap.bestFit("with_run", slices);
+        const spare = if (in_use.choice.fit == .resident) Fitting{} else heap.bestFit("all", slices);
+        if (@backingInt(spare.choice.fit) > @backingInt(in_use.choice.fit)) {
+            // Its resident memory stays free memory, whatever pages it holds next.
+            heap.spares.remove(spare.segment.?);
+            heap.addSegment(spare.segment.?);
+            return heap.takeSpanFrom(spare.segment.?, .{ .first = spare.choice.first, .slices = slices });
         }
-        // Its resident memory stays free memory, whatever pages it holds next.
-        const spare = heap.spares.pop() orelse return null;
-        heap.addSegment(spare);
-        return heap.takeSpanFrom(spare, slices).?;
+        // Null only where purged memory must be committed and cannot be.
+        if (in_use.segment) |segment| return heap.takeSpanFrom(segment, .{ .first = in_use.choice.first, .slices = slices });
+        return null;
     }
 
-    /// Takes a run of `slices` free slices of `segment` for a new page, or
-    /// null if it has none or when out of memory (Windows: purged memory
-    /// cannot be committed).
-    fn takeSpanFrom(heap: *Heap, segment: *Segment, slices: u8) ?*Page {
-        const span, const resident = segment.takeSpan(slices) orelse return null;
+    const Fitting = struct { segment: ?*Segment = null, choice: Segment.Choice = .{ .first = 0, .fit = .none, .slack = 0 } };
+
+    /// The segment of a list (those in use with free slices or runs, or
+    /// the spares) whose free run of `slices` slices faults the least
+    /// among the first `fit_scan_count`, the tightest of those resident
+    /// throughout (see Segment.choose), or else the first with a run at
+    /// all. Setting up a page is a slow path, and a fresh run costs a
+    /// fault per kernel page: first fit touched fresh runs in the first
+    /// segment with room while others held resident ones, which the purge
+    /// rules then gave back.
+    fn bestFit(heap: *Heap, comptime list: []const u8, slices: u8) Fitting {
+        const spares = comptime std.mem.eql(u8, list, "all");
+        const segments = if (spares) &heap.spares else &@field(heap, list);
+        var best: Fitting = .{};
+        var it = segments.first;
+        for (0..segments.count) |scanned| {
+            // Past the first few, any run will do.
+            if (scanned >= fit_scan_count and best.segment != null) break;
+            const segment = it.?;
+            it = @field(segment, list).next;
+            // A list of runs for medium pages may hold none for a large one.
+            const choice = segment.choose(slices) orelse continue;
+            const better = @backingInt(choice.fit) > @backingInt(best.choice.fit) or
+                (choice.fit == .resident and best.choice.fit == .resident and choice.slack < best.choice.slack);
+            if (!better) continue;
+            best = .{ .segment = segment, .choice = choice };
+            // Spares are empty: the first resident run is as good as any.
+            if (choice.fit == .resident and (choice.slack == 0 or spares)) break;
+        }
+        return best;
+    }
+
+    /// Segments a page's setup looks at in each list (see `bestFit`).
+    const fit_scan_count = 16;
+
+    /// Takes the free run `span` of `segment` for a new page, or null when
+    /// out of memory (Windows: purged memory cannot be committed).
+    fn takeSpanFrom(heap: *Heap, segment: *Segment, span: segment_mod.Span) ?*Page {
+        const resident = segment.takeSpan(span) orelse return null;
         if (resident > 0) purge.shrank(heap, resident);
         const area = segment.pageArea(span.first, span.slices).len;
         if (resident < area) purge.makeRoom(heap, area - resident);
@@ -682,8 +720,38 @@ pub const Heap = struct {
             heap.spares.push(segment);
             return;
         }
-        purge.shrank(heap, segment.dirtyBytes());
+        heap.giveAway(segment);
+    }
+
+    /// An empty segment the heap does not keep: purged into the shared pool
+    /// (pool.zig), or unmapped when the pool is full.
+    fn giveAway(heap: *Heap, segment: *Segment) void {
+        if (pool.isFull()) {
+            purge.shrank(heap, segment.dirtyBytes());
+        } else {
+            purge.shrank(heap, segment.purgeDirty());
+            if (pool.put(segment)) return;
+        }
         segment.destroy();
+    }
+
+    /// A segment from the shared pool, now ours, or null if it is empty.
+    fn takePooled(heap: *Heap) ?*Segment {
+        const segment = pool.take() orelse return null;
+        // Monotonic: an empty segment; nobody frees into it.
+        segment.owner.store(heap, .monotonic);
+        // Purged, so the period only orders it among our free memory.
+        segment.freed_period = heap.period_index -% 1;
+        return segment;
+    }
+
+    /// At thread end, after `releaseUnused`: the spares the heap's next
+    /// thread will not need go to the pool, for any heap that lacks a
+    /// segment. It keeps one only if it has no segment in use.
+    pub fn shedSpares(heap: *Heap) void {
+        const keep: usize = if (heap.segment_count > 0) 0 else 1;
+        // Bounded: spare_count_max spares at most.
+        while (heap.spares.count > keep) heap.giveAway(heap.spares.pop().?);
     }
 
     /// The huge cache changed from `before` bytes (huge.zig): account for it.
@@ -917,12 +985,88 @@ pub const Heap = struct {
         // change while any of its blocks is live.
         const block = if (page.loadFlags().has_aligned) page.blockStart(ptr) else @as(*Block, @ptrCast(@alignCast(ptr)));
         const block_end = @intFromPtr(block) + page.block_size;
-        if (new_len > block_end - @intFromPtr(ptr)) return false;
+        if (new_len > block_end - @intFromPtr(ptr)) return @intFromPtr(block) == @intFromPtr(ptr) and growLarge(segment, page, new_len);
         if (@intFromPtr(block) != @intFromPtr(ptr)) return true; // over-aligned
+        const size = std.mem.alignForward(usize, new_len, @min(alignment, segment_mod.block_align_max_bytes));
+        if (shrinkLarge(segment, page, size)) return true;
         // Shrinking into a block more than twice the fitting size would
         // strand memory: say no, so the caller moves it to a fitting block.
-        const size = std.mem.alignForward(usize, new_len, @min(alignment, segment_mod.block_align_max_bytes));
         return size_class.blockSize(size_class.ofSize(size)) * 2 > page.block_size;
+    }
+
+    /// Shrinks the block of a large page in place to `size` bytes, giving
+    /// the slices it no longer needs back to the segment, when the calling
+    /// thread owns it and the smaller block is still large. A growing
+    /// array ends with a shrink to its length (`toOwnedSlice`): without
+    /// this its spare capacity, up to a third of the block, stayed in use
+    /// as long as the array lived. Not hardened (see growLarge).
+    fn shrinkLarge(segment: *Segment, page: *Page, size: usize) bool {
+        if (config.secure or size <= segment_mod.medium_block_max_bytes) return false;
+        if (segment_mod.Kind.ofClass(page.class) != .large) return false;
+        const heap = thread.current();
+        // Owner only: as in growLarge.
+        if (segment.ownerRelaxed() != heap) return false;
+        // A large page holds its one block, which the caller holds.
+        assert(page.reserved == 1 and page.used == 1 and page.capacity == 1);
+        const class = size_class.ofSize(size);
+        const slices = segment_mod.pageSlices(class);
+        if (slices >= page.slice_count) return false;
+        heap.dirty_bytes += segment.shrinkSpan(page.index, page.slice_count, slices);
+        segment.freed_period = heap.period_index;
+        heap.setLargeClass(page, class, slices);
+        heap.updateFreeLists(segment);
+        purge.grew(heap);
+        return true;
+    }
+
+    /// Grows the block of a large page in place, into the free slices right
+    /// after the page, when the calling thread owns it and the larger block
+    /// is still large: a buffer that grows by steps (realloc, ArrayList)
+    /// then neither copies itself nor leaves a run of free slices behind
+    /// that the next, larger step cannot use (each step used to fault in a
+    /// fresh run while the runs it left stayed free). Not hardened, where
+    /// a page's slices carry guards and live bits set up with the page.
+    fn growLarge(segment: *Segment, page: *Page, new_len: usize) bool {
+        if (config.secure or new_len > segment_mod.large_block_max_bytes) return false;
+        if (segment_mod.Kind.ofClass(page.class) != .large) return false;
+        const heap = thread.current();
+        // Owner only: the segment's masks and the page are the owner's.
+        if (segment.ownerRelaxed() != heap) return false;
+        // A large page holds its one block, which the caller holds.
+        assert(page.reserved == 1 and page.used == 1 and page.capacity == 1);
+        const class = size_class.ofSize(new_len);
+        const slices = segment_mod.pageSlices(class);
+        const old_bytes = segment.pageArea(page.index, page.slice_count).len;
+        if (slices > page.slice_count) {
+            const resident = segment.growSpan(page.index, page.slice_count, slices) orelse return false;
+            if (resident > 0) purge.shrank(heap, resident);
+            const fresh = segment.pageArea(page.index, slices).len - old_bytes - resident;
+            if (fresh > 0) purge.makeRoom(heap, fresh);
+            heap.updateFreeLists(segment);
+        }
+        heap.setLargeClass(page, class, slices);
+        segment.markTouched(page);
+        return true;
+    }
+
+    /// Gives a large page, resized in place to `slices` slices, the class
+    /// of its resized block.
+    fn setLargeClass(heap: *Heap, page: *Page, class: size_class.Class, slices: u8) void {
+        // Into the queue of its new class (it has no free block: the next
+        // allocation there parks it in `full`, as any exhausted page).
+        const queued = !page.flags.in_full;
+        if (queued) heap.queueRemove(page);
+        // Kept once as its old class's only page: that mark is the old
+        // class's (Heap.releaseRetained).
+        page.retained = false;
+        const d = size_class.divisor(class);
+        page.class = class;
+        page.slice_count = slices;
+        page.block_size = @intCast(size_class.blockSize(class));
+        page.block_inverse = d.inverse;
+        page.block_shift = d.shift;
+        assert(Segment.ofPtr(page.area).pageArea(page.index, slices).len / page.block_size == 1);
+        if (queued) heap.queuePushBack(page);
     }
 
     /// Like resizeInPlace, but huge allocations may move. Null: the caller
@@ -992,3 +1136,57 @@ pub const Heap = struct {
         while (page_it) |page| : (page_it = page.next) assert(page.flags.in_full);
     }
 };
+
+test "a large block grows in place into the free slices after it" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const kib = 1024;
+    var block = try gpa.alloc(u8, 100 * kib);
+    defer gpa.free(block);
+    @memset(block, 3);
+    const segment = Segment.ofPtr(block.ptr);
+    const page = segment.pageOf(block.ptr);
+    // The slices up to 800 KiB must be free for this test to say anything.
+    const wanted: u6 = @intCast(segment_mod.pageSlices(size_class.ofSize(800 * kib)) - page.slice_count);
+    const after = (@as(u64, 1) << wanted) - 1 << @intCast(page.index + page.slice_count);
+    if (segment.free_mask & after != after) return error.SkipZigTest;
+    for ([_]usize{ 200 * kib, 400 * kib, 800 * kib }) |len| {
+        try std.testing.expect(gpa.resize(block, len));
+        block = block.ptr[0..len];
+        try std.testing.expectEqual(page, segment.pageOf(block.ptr + len - 1));
+        try std.testing.expect(std.mem.allEqual(u8, block[0 .. 100 * kib], 3));
+        @memset(block, 3);
+        thread.current().checkInvariants();
+    }
+    // Beyond the largest class it would be huge: the caller moves it.
+    try std.testing.expect(!gpa.resize(block, 2048 * kib));
+}
+
+test "a large block shrinks in place, and its slices serve the next page" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const kib = 1024;
+    var block = try gpa.alloc(u8, 900 * kib);
+    defer gpa.free(block);
+    @memset(block, 5);
+    const segment = Segment.ofPtr(block.ptr);
+    const page = segment.pageOf(block.ptr);
+    const slices_before = page.slice_count;
+    // Less than half: without the shrink this answer is no (the caller
+    // would move the block to a fitting one).
+    try std.testing.expect(gpa.resize(block, 150 * kib));
+    block = block[0 .. 150 * kib];
+    try std.testing.expect(std.mem.allEqual(u8, block, 5));
+    try std.testing.expectEqual(segment_mod.pageSlices(size_class.ofSize(150 * kib)), page.slice_count);
+    try std.testing.expect(page.slice_count < slices_before);
+    const tail = (@as(u64, 1) << @intCast(slices_before - page.slice_count)) - 1 << @intCast(page.index + page.slice_count);
+    try std.testing.expectEqual(tail, segment.free_mask & tail);
+    thread.current().checkInvariants();
+    // The slices given back serve a large page again: here, the block grows
+    // back into them.
+    try std.testing.expect(gpa.resize(block, 600 * kib));
+    block = block.ptr[0 .. 600 * kib];
+    try std.testing.expect(std.mem.allEqual(u8, block[0 .. 150 * kib], 5));
+    @memset(block, 5);
+    thread.current().checkInvariants();
+}

@@ -38,12 +38,13 @@
 //!
 //! With guard pages (config.hardening.guard_pages), a freed mapping goes
 //! straight back to the OS, so a use after free faults, and the mapping
-//! ends in an inaccessible page right after the block's last page:
-//!
-//!   [header | padding | block | guard]
-//!
+//! ends in an inaccessible page right after the block's last page.
 //! The guard is part of `huge_mapping_bytes`. It is in the way of growing
-//! in place, so growing always moves (mremap, no copy).
+//! in place, so growing always moves (mremap, no copy). A second guard, the
+//! kernel page right after the header, stops a run of writes below the
+//! block before it reaches the header:
+//!
+//!   [header | guard | padding | block | guard]
 //!
 //! Where pages cannot move (os.can_move is false: everywhere but Linux), a
 //! block that cannot grow in place is copied by the caller (`remap` says
@@ -58,6 +59,7 @@ const Segment = segment_mod.Segment;
 const segment_size_bytes = segment_mod.segment_size_bytes;
 const Heap = @import("heap.zig").Heap;
 const thread = @import("thread.zig");
+const pool = @import("pool.zig");
 const config = @import("config.zig");
 const purge = @import("purge.zig");
 
@@ -132,13 +134,14 @@ pub const Cache = struct {
         var grown: *Segment = segment;
         if (os.remapInPlace(base, have, mapping)) {
             segment.huge_mapping_bytes = mapping;
+            purge.touched(mapping - have);
         } else if (!os.can_move) {
             // Copying old pages would cost what touching fresh ones does.
             return cache.giveBack(segment);
         } else {
             // Move it to a reservation of the full length: mremap moves the
             // pages without copying and leaves the rest fresh.
-            const dest = os.map(mapping, segment_size_bytes, 0) orelse return cache.giveBack(segment);
+            const dest = pool.map(mapping, segment_size_bytes, 0) orelse return cache.giveBack(segment);
             if (!segment_mod.segment_map.add(@ptrCast(dest))) {
                 os.unmap(dest, mapping);
                 return cache.giveBack(segment);
@@ -152,6 +155,7 @@ pub const Cache = struct {
             }
             grown = @ptrCast(dest);
             grown.huge_mapping_bytes = mapping;
+            purge.touched(mapping - have);
         }
         return .{ .segment = grown, .reused = have };
     }
@@ -193,6 +197,7 @@ pub const Cache = struct {
         const shrunk = os.remapInPlace(base, have, mapping);
         assert(shrunk);
         segment.huge_mapping_bytes = mapping;
+        purge.untouched(excess);
     }
 
     /// Unmaps the oldest entries until at least `wanted` bytes are gone (or
@@ -217,6 +222,7 @@ pub const Cache = struct {
                 const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(entry));
                 if (keep < bytes and os.remapInPlace(base, bytes, keep)) {
                     entry.huge_mapping_bytes = keep;
+                    purge.untouched(bytes - keep);
                     cache.bytes -= bytes - keep;
                     released += bytes - keep;
                 }
@@ -258,7 +264,8 @@ const color_count = 4096 / color_step_bytes;
 
 fn blockOffset(alignment: usize, color: usize) usize {
     if (alignment > segment_size_bytes) return segment_size_bytes;
-    const base = @max(Segment.metadata_bytes, alignment);
+    const header_end = if (headerGuardOffset()) |offset| offset + segment_mod.guardBytes() else Segment.metadata_bytes;
+    const base = std.mem.alignForward(usize, header_end, alignment);
     if (alignment >= 4096) return base;
     // A multiple of both the step and the alignment, below 4 KiB.
     const step = @max(alignment, color_step_bytes);
@@ -356,6 +363,7 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
         os.unmap(base, mapping);
         return null;
     }
+    purge.touched(mapping);
     const block = setHeader(@ptrCast(base), mapping, offset, alignment);
     const segment: *Segment = @ptrCast(base);
     segment.huge_advised = thp;
@@ -380,12 +388,21 @@ fn mappingBytes(total: usize) ?usize {
     return std.math.add(usize, pages, segment_mod.guardBytes()) catch null;
 }
 
-/// Maps `mapping` bytes for a block of `alignment`, its last page a guard
-/// when hardened.
-fn mapGuarded(mapping: usize, alignment: usize) ?[*]align(os.page_size_min_bytes) u8 {
-    const base = os.map(mapping, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+/// With guard pages: the offset of the guard between a huge mapping's header
+/// and its block (the first kernel page after the header), so that a run of
+/// writes below the block faults before it reaches the header.
+pub fn headerGuardOffset() ?usize {
     const guard = segment_mod.guardBytes();
-    if (guard > 0 and !os.protectNone(base + mapping - guard, guard)) {
+    if (guard == 0) return null;
+    return std.mem.alignForward(usize, Segment.metadata_bytes, guard);
+}
+
+/// Maps `mapping` bytes for a block of `alignment`, its last page a guard
+/// when hardened, and the page after its header another.
+fn mapGuarded(mapping: usize, alignment: usize) ?[*]align(os.page_size_min_bytes) u8 {
+    const base = pool.map(mapping, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
+    const guard = segment_mod.guardBytes();
+    if (guard > 0 and !(os.protectNone(base + mapping - guard, guard) and os.protectNone(base + headerGuardOffset().?, guard))) {
         os.unmap(base, mapping);
         return null;
     }
@@ -448,6 +465,7 @@ pub fn free(segment: *Segment) void {
 }
 
 fn unmap(segment: *Segment) void {
+    purge.untouched(segment.huge_mapping_bytes);
     segment_mod.segment_map.remove(segment);
     os.unmap(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes);
 }
@@ -469,8 +487,10 @@ pub fn resizeInPlace(segment: *Segment, new_len: usize) bool {
         if (mapping == segment.huge_mapping_bytes) return true;
         if (!os.protectNone(base + mapping - guard, guard)) return false;
     }
-    if (!os.remapInPlace(base, segment.huge_mapping_bytes, mapping)) return false;
+    const old_mapping = segment.huge_mapping_bytes;
+    if (!os.remapInPlace(base, old_mapping, mapping)) return false;
     segment.huge_mapping_bytes = mapping;
+    resized(old_mapping, mapping);
     return true;
 }
 
@@ -501,21 +521,40 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     // the bit after that would erase the newcomer's entry.
     segment_mod.segment_map.remove(segment);
     const old: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
-    // Only the accessible part moves; the destination keeps its own guard.
-    if (!os.moveInto(old, old_mapping - guard, dest, mapping - guard)) {
+    // Only the accessible part moves; the destination keeps its own end
+    // guard. A move takes one kernel mapping (VMA): the header guard opens
+    // for it, and closes again wherever the pages end up.
+    const header_guard = headerGuardOffset();
+    const opened = if (header_guard) |at| os.protectReadWrite(old + at, guard) else true;
+    if (!opened or !os.moveInto(old, old_mapping - guard, dest, mapping - guard)) {
+        if (opened) if (header_guard) |at| closeGuard(old + at);
         _ = restore(segment);
         segment_mod.segment_map.remove(@ptrCast(dest));
         os.unmap(dest, mapping);
         return null;
     }
+    if (header_guard) |at| closeGuard(dest + at);
     if (guard > 0) os.unmap(@alignCast(old + old_mapping - guard), guard);
     const base: [*]u8 = dest;
     const moved: *Segment = @ptrCast(dest);
     moved.huge_mapping_bytes = mapping;
+    resized(old_mapping, mapping);
     moved.pages[0].area = base + offset;
     assert(Segment.ofPtr(base + offset) == moved);
     grew(moved, old_mapping - guard);
     return base + offset;
+}
+
+/// Makes a header guard opened for a move inaccessible again. It was
+/// inaccessible before, so the system can split the mapping there again;
+/// if it ever refuses, the block loses that guard, not its memory.
+fn closeGuard(address: [*]u8) void {
+    _ = os.protectNone(address, segment_mod.guardBytes());
+}
+
+/// A mapping went from `from` to `to` bytes: the footprint follows.
+fn resized(from: usize, to: usize) void {
+    if (to > from) purge.touched(to - from) else purge.untouched(from - to);
 }
 
 /// A block grew from `from` bytes of mapping: the growth is fresh memory.

@@ -22,11 +22,15 @@
 //!    in earlier periods. Memory freed in the current period is kept: a
 //!    program working in rounds is about to take it again, and giving it
 //!    back would not lower its peak.
-//! 3. Pressure between heaps. When a heap touches fresh memory while other
-//!    heaps hold free memory, those heaps owe the process that much: each
-//!    gives back its share (in proportion to what it holds) at its next
-//!    slow path. Threads taking turns then do not hold the peak of each at
-//!    once.
+//! 3. Pressure between heaps. When a heap touches fresh memory that takes
+//!    the process's footprint above its recent peak while other heaps hold
+//!    free memory, those heaps owe the process that much: each gives back
+//!    its share (in proportion to what it holds) at its next slow path.
+//!    Threads taking turns then do not hold the peak of each at once.
+//!    Below the peak, fresh memory raises no pressure: the process has been
+//!    that large moments ago, and purging the others' free memory would
+//!    only have them fault it in again (each purge then begot the next, as
+//!    threads working side by side took turns purging and touching).
 //! 4. Budget. The free memory of all heaps together stays below
 //!    `budgetBytes`, a share of what the process maps: past it, the heap
 //!    whose free memory grew gives back the excess at once.
@@ -78,6 +82,50 @@ var dirty_total: std.atomic.Value(usize) = .init(0);
 /// since the process started (see `makeRoom`).
 /// Wraps (on 32-bit targets after 4 GiB): heaps look at differences only.
 var pressure_bytes: std.atomic.Value(usize) = .init(0);
+
+/// The footprint: bytes of memory kennel has touched and not given back,
+/// in use or free (resident slices of segments, and huge mappings whole).
+/// Kept where residency changes: a slice first touched or purged, a segment
+/// unmapped, a huge mapping made, resized or unmapped.
+var footprint_bytes: std.atomic.Value(usize) = .init(0);
+/// The footprint's recent peak: the largest footprint, lowered halfway
+/// towards the footprint at the end of every decay period (`decayIfDue`).
+var footprint_peak_bytes: std.atomic.Value(usize) = .init(0);
+
+/// `bytes` of memory became resident.
+pub fn touched(bytes: usize) void {
+    // Monotonic, here and below: policy figures that order nothing; a peak
+    // lost between two racing stores is raised again by the next touch.
+    const now = footprint_bytes.fetchAdd(bytes, .monotonic) + bytes;
+    if (now > footprint_peak_bytes.load(.monotonic)) footprint_peak_bytes.store(now, .monotonic);
+}
+
+/// `bytes` of resident memory went back to the OS.
+pub fn untouched(bytes: usize) void {
+    const before = footprint_bytes.fetchSub(bytes, .monotonic);
+    assert(before >= bytes);
+}
+
+/// The footprint now (a snapshot, for statistics and tests).
+pub fn footprintBytes() usize {
+    return footprint_bytes.load(.monotonic);
+}
+
+/// How much of `bytes` more memory would take the footprint above its
+/// recent peak.
+fn abovePeak(bytes: usize) usize {
+    const after = footprint_bytes.load(.monotonic) +| bytes;
+    return @min(bytes, after -| footprint_peak_bytes.load(.monotonic));
+}
+
+/// A decay period ended: the peak forgets half of its distance to the
+/// footprint, so that a program that shrank is held to its new size within
+/// a few periods.
+fn lowerPeak() void {
+    const now = footprint_bytes.load(.monotonic);
+    const peak = footprint_peak_bytes.load(.monotonic);
+    if (peak > now) footprint_peak_bytes.store(now + (peak - now) / 2, .monotonic);
+}
 
 /// Free memory of all heaps together (a snapshot).
 pub fn totalBytes() usize {
@@ -157,17 +205,21 @@ pub fn decayIfDue(heap: *Heap) void {
     if (returned > 0) heap.purgeTo(heap.dirty_bytes - returned, .cold_first);
     heap.decay_due_ns = 0;
     heap.period_index +%= 1;
+    lowerPeak();
     schedule(heap);
 }
 
 /// The heap is about to touch `bytes` of fresh memory (rule 2 and 3 above).
+/// (The footprint grows when the memory is touched: `touched`.)
 pub fn makeRoom(heap: *Heap, bytes: usize) void {
     if (heap.dirty_bytes > keep_bytes) heap.purgeTo(@max(keep_bytes, heap.dirty_bytes -| bytes), .cold_only);
     if (builtin.single_threaded) return;
     const others = totalBytes() -| heap.dirty_bytes;
     if (others <= keep_bytes) return;
+    const above = abovePeak(bytes);
+    if (above == 0) return;
     // Monotonic: a running sum, read by payPressure.
-    _ = pressure_bytes.fetchAdd(@min(bytes, others), .monotonic);
+    _ = pressure_bytes.fetchAdd(@min(above, others), .monotonic);
 }
 
 /// Gives back this heap's part of the fresh memory other heaps touched

@@ -12,6 +12,7 @@
 //! - segment.zig     4 MiB aligned regions of pages; metadata by masking
 //! - heap.zig        a thread's pages; the alloc and free fast paths
 //! - thread.zig      heap ownership, thread exit, adoption, fork
+//! - pool.zig        empty segments shared by all heaps
 //! - huge.zig        allocations above 1 MiB, one mapping each; their cache
 //! - secure.zig, check.zig, quarantine.zig  the hardened configuration
 //! - purge.zig       when free memory goes back to the OS
@@ -164,4 +165,6 @@ test {
     _ = secure;
     _ = quarantine;
     _ = @import("purge.zig");
+    _ = @import("pool.zig");
+    _ = heap;
 }

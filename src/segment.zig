@@ -41,7 +41,9 @@ const size_class = @import("size_class.zig");
 const page_mod = @import("page.zig");
 const Page = page_mod.Page;
 const Heap = @import("heap.zig").Heap;
+const purge = @import("purge.zig");
 const config = @import("config.zig");
+const pool = @import("pool.zig");
 
 pub const segment_size_bytes = 4 * 1024 * 1024;
 const segment_mask = segment_size_bytes - 1;
@@ -101,8 +103,20 @@ pub fn pageSlices(class: size_class.Class) u8 {
     return switch (Kind.ofClass(class)) {
         .small => 1,
         .medium => medium_page_slices,
-        .large => @intCast(std.math.divCeil(usize, size_class.blockSize(class), slice_bytes) catch unreachable),
+        .large => @intCast(std.math.divCeil(usize, size_class.blockSize(class) + pageGuardBytes(), slice_bytes) catch unreachable),
     };
+}
+
+/// Hardened (guard pages): the last kernel page of every medium and large
+/// page (pages of more than one slice) is inaccessible while the page is
+/// in use, so a run of writes from one of its blocks faults before it
+/// leaves the page. Small pages have none: a guard per 64 KiB would cost
+/// two mappings and two system calls per small page. None either with
+/// kernel pages of more than a quarter of a slice (64 KiB on some aarch64
+/// kernels), where the guard would take a whole slice.
+pub fn pageGuardBytes() usize {
+    const guard = guardBytes();
+    return if (guard * 4 <= slice_bytes) guard else 0;
 }
 
 /// What a segment holds: pages of blocks, or one huge block (huge.zig).
@@ -117,7 +131,7 @@ pub const Link = extern struct {
     prev: ?*Segment = null,
 };
 
-/// A run of free slices (Segment.takeSpan).
+/// A run of slices (Segment.takeSpan).
 pub const Span = struct { first: u6, slices: u8 };
 
 /// Extern: fields stay in this order, so the ones every free reads share
@@ -237,20 +251,48 @@ pub const Segment = extern struct {
     /// mapping's block starts after this.
     pub const metadata_bytes = std.mem.alignForward(usize, @sizeOf(Segment), block_align_max_bytes);
 
-    /// Hardened (config.hardening.check_frees): after the metadata, one bit
-    /// per block of every page, set while the block is handed out. Free
-    /// clears it with an atomic read-modify-write, so a second free of the
-    /// block, from any thread, finds it clear (check.zig). Outside the
-    /// blocks, so nothing the program writes into freed memory can hide a
-    /// double free. Sized for the fullest page: 64 KiB of 16-byte blocks
-    /// (the hardened minimum; medium and large pages hold at most 64
-    /// blocks); a page uses the bits of its first slice.
+    /// Hardened (check_frees, zero_freed, guard_freed_large): after the
+    /// metadata, the block map. Per block of every page, a live bit, set
+    /// while the block is handed out (check_frees). Free clears it with an
+    /// atomic read-modify-write, so a second free of the block, from any
+    /// thread, finds it clear (check.zig). Outside the blocks, so nothing
+    /// the program writes into freed memory can hide a double free. In a
+    /// page of at most `handed_blocks_max` blocks each block has a second
+    /// bit, next to its live bit: handed out since the page was set up (so
+    /// freed before, if it is free), which spares a fresh block the zero
+    /// check and the unguarding (check.zig). Sized for the fullest page:
+    /// 64 KiB of 16-byte blocks (the hardened minimum; medium and large
+    /// pages hold at most 64 blocks); a page uses the bits of its first
+    /// slice.
     pub const live_bits_per_page = small_page_bytes / 16;
-    pub const live_map_bytes = if (config.hardening.check_frees) page_count_max * live_bits_per_page / 8 else 0;
+    pub const handed_blocks_max = live_bits_per_page / 2;
+    pub const has_block_map = config.hardening.check_frees or config.hardening.zero_freed or config.hardening.guard_freed_large;
+    pub const live_map_bytes = if (has_block_map) page_count_max * live_bits_per_page / 8 else 0;
     pub const LiveWords = [live_bits_per_page / @bitSizeOf(usize)]std.atomic.Value(usize);
 
-    /// Bytes from the segment start to the first block of slice 0.
+    /// Bytes of the header: the metadata and the live map.
     pub const header_bytes = metadata_bytes + live_map_bytes;
+
+    /// Hardened (guard pages): the kernel page after the header is
+    /// inaccessible, so a run of writes below the first blocks of slice 0
+    /// faults before it reaches the page metadata. Its offset in the
+    /// segment, when there is one.
+    /// With 64 KiB kernel pages the guard would take slice 1 as well: there
+    /// is none then.
+    pub fn headerGuardOffset() ?usize {
+        const guard = guardBytes();
+        if (guard == 0) return null;
+        const offset = std.mem.alignForward(usize, header_bytes, guard);
+        return if (offset + guard <= slice_bytes) offset else null;
+    }
+
+    /// Bytes from the segment start to the first block of slice 0: after
+    /// the header and its guard. With 16 KiB kernel pages the guard takes
+    /// the rest of slice 0, which then holds no page.
+    pub fn firstBlockOffset() usize {
+        const guard_offset = headerGuardOffset() orelse return header_bytes;
+        return guard_offset + guardBytes();
+    }
 
     comptime {
         // 8 KiB with 64-bit pointers (pages of 64 bytes), 4 KiB with 32-bit.
@@ -260,9 +302,9 @@ pub const Segment = extern struct {
         assert(small_page_bytes > header_bytes);
     }
 
-    /// The live-block bits of page `index` (hardened only).
+    /// The block map's words of page `index` (hardened only).
     pub fn liveWords(segment: *Segment, index: usize) *LiveWords {
-        comptime assert(config.hardening.check_frees);
+        comptime assert(has_block_map);
         assert(index < page_count_max);
         const base: [*]u8 = @ptrCast(segment);
         return @ptrCast(@alignCast(base + metadata_bytes + index * @sizeOf(LiveWords)));
@@ -308,10 +350,11 @@ pub const Segment = extern struct {
     /// Maps a fresh segment for `owner`, every slice free. Null when out of
     /// memory.
     pub fn create(owner: *Heap) ?*Segment {
-        const base = os.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
+        const base = pool.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
         const segment: *Segment = @ptrCast(base);
         const guard = guardBytes();
-        if ((guard > 0 and !os.protectNone(base + segment_size_bytes - guard, guard)) or !segment_map.add(segment)) {
+        const header_guard_ok = if (headerGuardOffset()) |offset| os.protectNone(base + offset, guard) else true;
+        if ((guard > 0 and !os.protectNone(base + segment_size_bytes - guard, guard)) or !header_guard_ok or !segment_map.add(segment)) {
             os.unmap(base, segment_size_bytes);
             return null;
         }
@@ -340,6 +383,7 @@ pub const Segment = extern struct {
     pub fn destroy(segment: *Segment) void {
         assert(segment.kind == .pages);
         assert(segment.isEmpty());
+        purge.untouched(residentBytes(segment.resident_mask));
         segment_map.remove(segment);
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }
@@ -347,8 +391,10 @@ pub const Segment = extern struct {
     /// Bit i: slice i can hold blocks. Every slice, unless a guard page
     /// swallows the last one (under 64 KiB kernel pages).
     pub fn usableSlices() u64 {
-        if (sliceArea(slice_count - 1, 1).len > 0) return std.math.maxInt(u64);
-        return std.math.maxInt(u64) >> 1;
+        var slices: u64 = std.math.maxInt(u64);
+        if (sliceArea(slice_count - 1, 1).len == 0) slices >>= 1;
+        if (sliceArea(0, 1).len == 0) slices &= ~@as(u64, 1);
+        return slices;
     }
 
     /// Slices that only one-slice pages may use: 0 (the header) and, with
@@ -371,6 +417,26 @@ pub const Segment = extern struct {
         return runStarts(segment.free_mask & ~edgeSlices(), medium_page_slices) != 0;
     }
 
+    /// Where the blocks of a new page of `slices` slices starting at
+    /// `first` lie: its area, less the guard at the end of a medium or
+    /// large page (`pageGuardBytes`), which follows the result.
+    pub fn blockArea(segment: *Segment, first: usize, slices: usize) []u8 {
+        const area = segment.pageArea(first, slices);
+        if (slices == 1) return area;
+        // Never the last slice (edgeSlices): the span ends on a slice boundary.
+        assert(@intFromPtr(area.ptr + area.len) == @intFromPtr(segment) + ((first + slices) << slice_shift));
+        return area[0 .. area.len - pageGuardBytes()];
+    }
+
+    /// The guard at the end of the page in use at `page` (medium and large
+    /// pages, hardened), if it has one.
+    pub fn pageGuard(segment: *Segment, page: *const Page) ?[]u8 {
+        const guard = pageGuardBytes();
+        if (page.slice_count == 1 or guard == 0) return null;
+        const end: [*]u8 = @ptrFromInt(@intFromPtr(segment) + ((@as(usize, page.index) + page.slice_count) << slice_shift));
+        return (end - guard)[0..guard];
+    }
+
     /// The block area of a page of `slices` slices starting at `first`.
     pub fn pageArea(segment: *Segment, first: usize, slices: usize) []u8 {
         const area = sliceArea(first, slices);
@@ -382,7 +448,7 @@ pub const Segment = extern struct {
 
     fn sliceArea(first: usize, slices: usize) Area {
         assert(slices >= 1 and first + slices <= slice_count);
-        const start = if (first == 0) header_bytes else first << slice_shift;
+        const start = if (first == 0) firstBlockOffset() else first << slice_shift;
         const end = @min((first + slices) << slice_shift, segment_size_bytes - guardBytes());
         assert(start % block_align_max_bytes == 0);
         return .{ .start = start, .len = end -| start };
@@ -410,18 +476,63 @@ pub const Segment = extern struct {
         return run << @intCast(first);
     }
 
-    /// Takes a free run of `slices` slices, the most resident one among the
-    /// first few candidates; null if the segment has none. Returns the run
-    /// and its resident bytes (free memory that goes back into use).
-    pub fn takeSpan(segment: *Segment, slices: u8) ?struct { Span, usize } {
+    /// Takes the free run of `slices` slices at slice `first` (picked by
+    /// `choose`). Returns its resident bytes (free memory that goes back
+    /// into use), or null when out of memory (Windows).
+    pub fn takeSpan(segment: *Segment, span: Span) ?usize {
+        return segment.claimRun(span.first, span.slices);
+    }
+
+    /// How well a chosen run serves a page, best last: a run of purged or
+    /// never touched memory, one that starts resident, one resident
+    /// throughout (no page faults).
+    pub const Fit = enum(u2) { none, fresh, starts_resident, resident };
+
+    pub const Choice = struct {
+        first: u6,
+        fit: Fit,
+        /// Free resident slices the page leaves in the run it goes into.
+        slack: u8,
+    };
+
+    /// Where a page of `slices` slices would go: the tightest resident run
+    /// that holds it (best fit, so that longer runs stay whole for larger
+    /// pages), else a run that starts resident, else the lowest. Null if
+    /// the segment has no free run that long.
+    pub fn choose(segment: *const Segment, slices: u8) ?Choice {
         const allowed = if (slices == 1) segment.free_mask else segment.free_mask & ~edgeSlices();
         const starts = runStarts(allowed, slices);
         if (starts == 0) return null;
-        // Prefer a run whose slices are all resident, then one that starts
-        // resident, then the lowest.
-        const resident_starts = runStarts(allowed & segment.resident_mask, slices);
-        const pick = if (resident_starts != 0) resident_starts else if (starts & segment.resident_mask != 0) starts & segment.resident_mask else starts;
-        const first: u6 = @intCast(@ctz(pick));
+        if (tightestRun(allowed & segment.resident_mask, slices)) |run| {
+            return .{ .first = run.first, .fit = .resident, .slack = @intCast(run.len - slices) };
+        }
+        const starting_resident = starts & segment.resident_mask;
+        if (starting_resident != 0) return .{ .first = @intCast(@ctz(starting_resident)), .fit = .starts_resident, .slack = 0 };
+        return .{ .first = @intCast(@ctz(starts)), .fit = .fresh, .slack = 0 };
+    }
+
+    const Run = struct { first: u6, len: usize };
+
+    /// The shortest maximal run of set bits of `mask` at least `n` long,
+    /// the lowest of equals.
+    fn tightestRun(mask: u64, n: usize) ?Run {
+        var best: ?Run = null;
+        var rest = mask;
+        // Each step clears one maximal run: at most 32.
+        while (rest != 0) {
+            const first = @ctz(rest);
+            const len = @ctz(~(rest >> @intCast(first)));
+            rest &= ~spanMask(first, len);
+            if (len < n) continue;
+            if (best == null or len < best.?.len) best = .{ .first = @intCast(first), .len = len };
+            if (len == n) break;
+        }
+        return best;
+    }
+
+    /// Marks the free slices first .. first + slices - 1 as in use. Returns
+    /// their resident bytes, or null when out of memory (Windows).
+    fn claimRun(segment: *Segment, first: usize, slices: usize) ?usize {
         const bits = spanMask(first, slices);
         assert(segment.free_mask & bits == bits);
         // Where purged memory faults until committed (Windows): commit the
@@ -433,7 +544,39 @@ pub const Segment = extern struct {
             if (!os.commit(area.ptr, area.len)) return null;
         }
         segment.free_mask &= ~bits;
-        return .{ .{ .first = first, .slices = slices }, residentBytes(bits & segment.resident_mask) };
+        return residentBytes(bits & segment.resident_mask);
+    }
+
+    /// Extends the page at slice `first` from `slices` to `new_slices`
+    /// slices, if the slices after it are free: a large block growing in
+    /// place (Heap.growLarge). Returns the resident bytes of the slices
+    /// taken (free memory that goes back into use), or null.
+    pub fn growSpan(segment: *Segment, first: usize, slices: usize, new_slices: usize) ?usize {
+        assert(new_slices > slices and slices >= 1);
+        assert(segment.pages[first].slice_count == slices);
+        if (first + new_slices > slice_count) return null;
+        const bits = spanMask(first + slices, new_slices - slices);
+        if (bits & edgeSlices() != 0 or segment.free_mask & bits != bits) return null;
+        const resident = segment.claimRun(first + slices, new_slices - slices) orelse return null;
+        for (slices..new_slices) |i| {
+            const entry = &segment.pages[first + i];
+            assert(entry.index == first + i and entry.slice_back == 0);
+            entry.slice_back = @intCast(i);
+        }
+        return resident;
+    }
+
+    /// Shrinks the page at slice `first` from `slices` to `new_slices`
+    /// slices, freeing the slices after its new end (Heap.shrinkLarge).
+    /// Returns their resident bytes (free memory the segment gained).
+    pub fn shrinkSpan(segment: *Segment, first: usize, slices: usize, new_slices: usize) usize {
+        assert(new_slices < slices and new_slices >= 1);
+        assert(segment.pages[first].slice_count == slices);
+        const bits = spanMask(first + new_slices, slices - new_slices);
+        assert(segment.free_mask & bits == 0);
+        for (new_slices..slices) |i| segment.pages[first + i].slice_back = 0;
+        segment.free_mask |= bits;
+        return residentBytes(bits & segment.resident_mask);
     }
 
     /// Sets up the slice entries of a page taken with takeSpan: the first
@@ -459,7 +602,7 @@ pub const Segment = extern struct {
 
     fn residentBytes(slices: u64) usize {
         const all = @as(usize, @popCount(slices)) * slice_bytes;
-        return if (slices & 1 != 0) all - header_bytes else all;
+        return if (slices & 1 != 0) all - firstBlockOffset() else all;
     }
 
     /// Notes that `page` has been touched up to its capacity.
@@ -470,7 +613,11 @@ pub const Segment = extern struct {
         const first = start >> slice_shift;
         const last = (start + touched - 1) >> slice_shift;
         assert(last < slice_count and last < @as(usize, page.index) + page.slice_count);
-        segment.resident_mask |= spanMask(first, last - first + 1);
+        const bits = spanMask(first, last - first + 1);
+        const fresh = bits & ~segment.resident_mask;
+        if (fresh == 0) return;
+        segment.resident_mask |= fresh;
+        purge.touched(residentBytes(fresh));
     }
 
     /// Gives a page's slices back to the segment; their memory stays
@@ -502,6 +649,7 @@ pub const Segment = extern struct {
         var slices = segment.free_mask & segment.resident_mask;
         const released = residentBytes(slices);
         segment.resident_mask &= ~slices;
+        purge.untouched(released);
         const base: [*]u8 = @ptrCast(segment);
         // Each step clears a run of set bits.
         while (slices != 0) {
@@ -705,8 +853,18 @@ test "runs of free slices" {
     }
 }
 
+test "the tightest run that holds a page" {
+    // Runs of 2 (slices 0-1), 3 (4-6) and 1 (9).
+    const mask: u64 = 0b10_0111_0011;
+    try std.testing.expectEqual(Segment.Run{ .first = 9, .len = 1 }, Segment.tightestRun(mask, 1).?);
+    try std.testing.expectEqual(Segment.Run{ .first = 0, .len = 2 }, Segment.tightestRun(mask, 2).?);
+    try std.testing.expectEqual(Segment.Run{ .first = 4, .len = 3 }, Segment.tightestRun(mask, 3).?);
+    try std.testing.expectEqual(@as(?Segment.Run, null), Segment.tightestRun(mask, 4));
+    try std.testing.expectEqual(Segment.Run{ .first = 0, .len = 64 }, Segment.tightestRun(std.math.maxInt(u64), 16).?);
+}
+
 test "slice areas cover the segment and stay 4 KiB aligned" {
-    var end: usize = Segment.header_bytes;
+    var end: usize = Segment.firstBlockOffset();
     for (0..slice_count) |i| {
         const area = Segment.sliceArea(i, 1);
         try std.testing.expectEqual(end, area.start);

@@ -27,6 +27,8 @@ const size_class = @import("size_class.zig");
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const thread = @import("thread.zig");
+const purge = @import("purge.zig");
+const pool = @import("pool.zig");
 const Heap = @import("heap.zig").Heap;
 const quarantine_slot_count = @import("quarantine.zig").slot_count;
 const BlockCount = @import("page.zig").BlockCount;
@@ -49,6 +51,12 @@ pub const Stats = struct {
     /// Bytes kennel has touched and not given back to the OS: page areas up
     /// to the last block ever handed out, page metadata, huge mappings.
     committed_bytes: usize = 0,
+    /// The purge policy's footprint (purge.zig): resident slices of segments
+    /// and whole huge mappings, as counted where they change
+    /// (`footprint_counted_bytes`) and as the walk finds them
+    /// (`footprint_bytes`); equal when the program is quiet.
+    footprint_bytes: usize = 0,
+    footprint_counted_bytes: usize = 0,
     /// Bytes mapped from the OS (reserved address space), now and at most.
     mapped_bytes: usize = 0,
     mapped_bytes_peak: usize = 0,
@@ -61,6 +69,9 @@ pub const Stats = struct {
     abandoned_pages: usize = 0,
     /// Segments (4 MiB, in use or kept empty for reuse).
     segment_count: usize = 0,
+    /// Of those, empty and purged in the pool any heap takes from
+    /// (pool.zig), about: counted apart from the walk.
+    pooled_segments: usize = 0,
     /// Live huge blocks, and their usable bytes (part of block_bytes).
     huge_count: usize = 0,
     huge_bytes: usize = 0,
@@ -100,6 +111,7 @@ pub fn collect() Stats {
     // Read before the walk maps anything.
     const mapped_bytes = os.mappedBytes();
     const mapped_bytes_peak = os.mappedBytesPeak();
+    const footprint_counted_bytes = purge.footprintBytes();
     var local: [abandoned_local_heaps / 64]u64 = @splat(0);
     // Heaps born after this have no bit: not counted as abandoned.
     const words = std.math.divCeil(usize, thread.indexCount(), 64) catch unreachable;
@@ -111,7 +123,9 @@ pub fn collect() Stats {
         .stats = .{
             .mapped_bytes = mapped_bytes,
             .mapped_bytes_peak = mapped_bytes_peak,
+            .footprint_counted_bytes = footprint_counted_bytes,
             .heap_count = thread.heapCount(),
+            .pooled_segments = pool.count(),
         },
         .abandoned = if (mapped) |memory| @as([*]u64, @ptrCast(memory))[0..words] else &local,
     };
@@ -158,6 +172,7 @@ fn addSegment(walk: *Walk, address: usize) void {
     const kind = @atomicLoad(segment_mod.SegmentKind, &segment.kind, .monotonic);
     if (kind == .huge) {
         const mapping = @atomicLoad(usize, &segment.huge_mapping_bytes, .monotonic);
+        s.footprint_bytes += mapping;
         // Monotonic: 1 while the block is live, 0 once freed (cached).
         if (@atomicLoad(BlockCount, &segment.pages[0].used, .monotonic) == 0) {
             s.committed_bytes += mapping;
@@ -180,6 +195,7 @@ fn addSegment(walk: *Walk, address: usize) void {
     // Monotonic: owner-written masks; a snapshot.
     const free_slices = Segment.loadMaskRelaxed(&segment.free_mask);
     const resident = Segment.loadMaskRelaxed(&segment.resident_mask);
+    s.footprint_bytes += Segment.residentBytesOf(resident);
     // Free slices: the memory under them that may still be resident.
     s.committed_bytes += Segment.residentBytesOf(free_slices & resident);
     for (&segment.pages, 0..) |*p, i| {

@@ -503,6 +503,13 @@ fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
         heap.owner.store(@bitCast(claimed.next(.active, tid)), .release);
     }
     tookOver(heap, expected, tid);
+    // Its thread ended without telling (no exit callback, or a thread id
+    // reused): do now what `abandonCurrent` does at a thread's end, so that
+    // spares we will not need go to the pool before other new threads look.
+    if (expected.state == .active) {
+        heap.releaseUnused();
+        heap.shedSpares();
+    }
     return true;
 }
 
@@ -610,6 +617,7 @@ pub fn abandonCurrent() void {
     if (heap == &Heap.empty) return;
     setCurrent(&Heap.empty);
     heap.releaseUnused();
+    heap.shedSpares();
     heap.orphaned_ns = os.nowNanoseconds();
     const owner: Owner = @bitCast(heap.owner.load(.monotonic));
     assert(owner.state == .active);

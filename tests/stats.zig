@@ -111,3 +111,48 @@ test "stats: printed form" {
     try std.testing.expect(std.mem.indexOf(u8, text, "bytes mapped, peak") != null);
     try std.testing.expect(std.mem.indexOf(u8, text, "live blocks") != null);
 }
+
+test "stats: the purge policy's footprint is counted exactly" {
+    // Every way residency changes: pages first touched and purged, huge
+    // blocks made, grown and shrunk in place or moved, cached, reused for
+    // another size, and given back.
+    const s0 = kennel.stats();
+    try std.testing.expectEqual(s0.footprint_bytes, s0.footprint_counted_bytes);
+    var small: [3000]*[48]u8 = undefined;
+    for (&small) |*b| b.* = try gpa.create([48]u8);
+    const medium = try gpa.alloc(u8, 300 << 10);
+    @memset(medium, 1);
+    var huge = try gpa.alloc(u8, 3 << 20);
+    @memset(huge, 2);
+    const s1 = kennel.stats();
+    try std.testing.expectEqual(s1.footprint_bytes, s1.footprint_counted_bytes);
+    try std.testing.expect(s1.footprint_bytes >= (3 << 20) + (300 << 10));
+    huge = try gpa.realloc(huge, 9 << 20);
+    @memset(huge, 3);
+    huge = try gpa.realloc(huge, 5 << 20);
+    const s2 = kennel.stats();
+    try std.testing.expectEqual(s2.footprint_bytes, s2.footprint_counted_bytes);
+    gpa.free(huge);
+    const other = try gpa.alloc(u8, 7 << 20);
+    @memset(other, 4);
+    gpa.free(other);
+    gpa.free(medium);
+    // Pages freed beside pages in use: their slices are purged, not unmapped.
+    var spread: [2048]*[2000]u8 = undefined;
+    for (&spread) |*b| {
+        b.* = try gpa.create([2000]u8);
+        @memset(b.*, 5);
+    }
+    for (spread, 0..) |b, i| if (i % 256 != 0) gpa.destroy(b);
+    const s3 = kennel.stats();
+    try std.testing.expectEqual(s3.footprint_bytes, s3.footprint_counted_bytes);
+    kennel.releaseThreadMemory();
+    const s4 = kennel.stats();
+    try std.testing.expectEqual(s4.footprint_bytes, s4.footprint_counted_bytes);
+    try std.testing.expect(s4.footprint_bytes < s3.footprint_bytes);
+    for (small) |b| gpa.destroy(b);
+    for (spread, 0..) |b, i| if (i % 256 == 0) gpa.destroy(b);
+    kennel.releaseThreadMemory();
+    const s5 = kennel.stats();
+    try std.testing.expectEqual(s5.footprint_bytes, s5.footprint_counted_bytes);
+}

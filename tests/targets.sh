@@ -1,11 +1,11 @@
 #!/bin/sh
 # The test suite on targets other than the host's (make test runs it after
 # the native suite; README "Targets"): Linux on aarch64, riscv64, x86 and
-# arm under qemu-user (aarch64 also with 16 KiB and 64 KiB pages), Windows
-# under wine, wasm32-wasi under wasmtime (its Python package), each at the
-# reduced size tests/util.zig picks for emulated runs; macOS, FreeBSD and
-# wasm32-freestanding cross-compiled only (test binaries, the example and
-# the C library).
+# arm under qemu-user (aarch64 also with 16 KiB and 64 KiB pages; riscv64
+# and arm without libc only), Windows under wine, wasm32-wasi under
+# wasmtime (its Python package), each at the reduced size tests/util.zig
+# picks for emulated runs; macOS, FreeBSD and wasm32-freestanding
+# cross-compiled only (test binaries, the example and the C library).
 #
 # A runner that is missing skips its target with a note; with
 # KENNEL_TARGETS_REQUIRE=1 (CI) a missing runner is a failure.
@@ -57,7 +57,13 @@ for target in aarch64-linux-musl riscv64-linux-musl x86-linux-musl arm-linux-mus
         skip "$target" "$qemu is missing (apt-get install qemu-user)"
         continue
     fi
-    build_test "$target" "$target (qemu)" -fqemu
+    # Both configurations (without libc, and ReleaseSafe with musl and the
+    # pthread exit path) on one 64-bit and one 32-bit CPU; without libc on
+    # the others, which saves CI building musl and the suite for each.
+    case $arch in
+        aarch64 | x86) build_test "$target" "$target (qemu)" -fqemu ;;
+        *) build_test "$target" "$target (qemu)" -fqemu -Dtest-config=debug ;;
+    esac
     if [ "$arch" = aarch64 ]; then
         # Kernels with 16 KiB (Apple silicon) and 64 KiB pages: qemu-user
         # shows the program that page size.

@@ -137,18 +137,42 @@ pub fn residentBytes() ?usize {
         return counters.working_set_size;
     }
     if (builtin.os.tag != .linux) return null;
-    const linux = std.os.linux;
-    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/statm", .{}, 0);
-    if (linux.errno(fd_rc) != .SUCCESS) @panic("cannot open /proc/self/statm");
-    const fd: linux.fd_t = @intCast(fd_rc);
-    defer _ = linux.close(fd);
     var buf: [128]u8 = undefined;
-    const n = linux.read(fd, &buf, buf.len);
-    if (linux.errno(n) != .SUCCESS) @panic("cannot read /proc/self/statm");
-    var it = std.mem.tokenizeScalar(u8, buf[0..n], ' ');
+    const statm = readSystemFile("/proc/self/statm", &buf) orelse @panic("cannot read /proc/self/statm");
+    var it = std.mem.tokenizeScalar(u8, statm, ' ');
     _ = it.next();
     const pages = std.fmt.parseInt(usize, it.next().?, 10) catch @panic("bad /proc/self/statm");
     return pages * std.heap.pageSize();
+}
+
+/// The contents of a small Linux system file (up to `buf.len` bytes), or
+/// null elsewhere or when it cannot be read.
+fn readSystemFile(path: [*:0]const u8, buf: []u8) ?[]const u8 {
+    if (builtin.os.tag != .linux) return null;
+    const linux = std.os.linux;
+    const fd_rc = linux.openat(linux.AT.FDCWD, path, .{}, 0);
+    if (linux.errno(fd_rc) != .SUCCESS) return null;
+    const fd: linux.fd_t = @intCast(fd_rc);
+    defer _ = linux.close(fd);
+    const n = linux.read(fd, buf.ptr, buf.len);
+    if (linux.errno(n) != .SUCCESS) return null;
+    return buf[0..n];
+}
+
+/// Threads of this process that the kernel still knows (Linux:
+/// /proc/self/status; under qemu, the emulator's own threads), or null
+/// where the system does not say. A joined thread may still be counted for
+/// a moment: the kernel wakes the joiner before the thread is gone, and
+/// qemu-user wakes it before its own host thread ends.
+pub fn threadCount() ?usize {
+    var buf: [4096]u8 = undefined;
+    const status = readSystemFile("/proc/self/status", &buf) orelse return null;
+    var lines = std.mem.tokenizeScalar(u8, status, '\n');
+    while (lines.next()) |line| {
+        if (!std.mem.startsWith(u8, line, "Threads:")) continue;
+        return std.fmt.parseInt(usize, std.mem.trim(u8, line["Threads:".len..], " \t"), 10) catch null;
+    }
+    return null;
 }
 
 /// A monotonic clock on every target the tests run on: the runner's.
@@ -158,16 +182,9 @@ pub const nowNanoseconds = @import("root").nowNanoseconds;
 /// default when it cannot be read.
 pub fn mapCountMax() usize {
     const default = 65530;
-    if (builtin.os.tag != .linux) return default;
-    const linux = std.os.linux;
-    const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/sys/vm/max_map_count", .{}, 0);
-    if (linux.errno(fd_rc) != .SUCCESS) return default;
-    const fd: linux.fd_t = @intCast(fd_rc);
-    defer _ = linux.close(fd);
     var buf: [32]u8 = undefined;
-    const n = linux.read(fd, &buf, buf.len);
-    if (linux.errno(n) != .SUCCESS) return default;
-    return std.fmt.parseInt(usize, std.mem.trim(u8, buf[0..n], " \n"), 10) catch default;
+    const text = readSystemFile("/proc/sys/vm/max_map_count", &buf) orelse return default;
+    return std.fmt.parseInt(usize, std.mem.trim(u8, text, " \n"), 10) catch default;
 }
 
 pub const SizeMix = enum { small, medium, large, huge };

@@ -192,14 +192,15 @@ int main(void) {
     }
     printf("threads: heaps %zu -> %zu, mapped %zu -> %zu MiB, committed %zu -> %zu MiB\n", first.heap_count, second.heap_count,
            first.mapped_bytes >> 20, second.mapped_bytes >> 20, first.committed_bytes >> 20, second.committed_bytes >> 20);
-    /* The second wave runs on the first wave's heaps and segments: not
-     * exactly (see "crowd" in tests/threads.zig), but without reuse it would
-     * take as much as the first. */
+    /* The second wave runs on the first wave's heaps and segments, those
+     * that moved between heaps included (through the pool, see "crowd" in
+     * tests/threads.zig): without the pool it mapped a fifth more, without
+     * any reuse as much as the first. */
     if (second.heap_count > first.heap_count + (size_t)thread_count / 100) {
         printf("FAIL  threads: heaps grew from %zu to %zu in the second wave\n", first.heap_count, second.heap_count);
         failed = 1;
     }
-    if (second.mapped_bytes > first.mapped_bytes + (first.mapped_bytes - before.mapped_bytes) / 4) {
+    if (second.mapped_bytes > first.mapped_bytes + (first.mapped_bytes - before.mapped_bytes) / 16) {
         printf("FAIL  threads: mapped bytes grew from %zu to %zu in the second wave\n", first.mapped_bytes, second.mapped_bytes);
         failed = 1;
     }
