@@ -99,7 +99,9 @@ test "stats: threads that end holding blocks, and frees from other threads" {
     // all freed (checked above), the page waits for the heap's next owner.
     // Hardened with a quarantine, the blocks this thread freed last still
     // wait in it (counted as free above) and keep their pages in use.
-    if (builtin.os.tag != .windows and !kennel.config.hardening.quarantine) try std.testing.expectEqual(@as(usize, 0), done.abandoned_pages);
+    // Compared with `before`: blocks that earlier tests' ended threads left
+    // live (as the live count does) may keep a page of theirs counted.
+    if (builtin.os.tag != .windows and !kennel.config.hardening.quarantine) try std.testing.expect(done.abandoned_pages <= before.abandoned_pages);
     if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, done.requested_bytes.?);
 }
 
