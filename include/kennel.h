@@ -18,7 +18,7 @@
  *   - free(NULL) does nothing.
  *   - realloc(NULL, n) is malloc(n). realloc(p, 0) frees p and returns NULL
  *     (errno unchanged). realloc grows or shrinks in place when the block's
- *     size class (or, above 1 MiB, its mapping) allows it; huge blocks move
+ *     size class (or, above 2 MiB, its mapping) allows it; huge blocks move
  *     with mremap, without copying.
  *   - calloc and reallocarray detect overflow of n * size: NULL, errno ENOMEM.
  *   - aligned_alloc(alignment, size): alignment must be a power of two
@@ -131,7 +131,7 @@ void kn_free_sized(void *ptr, size_t size);
 void kn_free_aligned_sized(void *ptr, size_t alignment, size_t size);
 
 /* Size classes: kn_stats reports each. */
-#define KN_CLASS_COUNT 120
+#define KN_CLASS_COUNT 128
 
 struct kn_class_stats {
     size_t block_size;  /* bytes per block */
@@ -154,7 +154,7 @@ struct kn_stats {
     size_t abandoned_heaps;   /* heaps of ended threads not yet reused */
     size_t abandoned_pages;   /* pages with live blocks in those heaps */
     size_t segment_count;     /* 4 MiB segments (in use or kept for reuse) */
-    size_t huge_count;        /* live blocks above 1 MiB, own mappings */
+    size_t huge_count;        /* live blocks above 2 MiB, own mappings */
     size_t huge_bytes;        /* their usable bytes (part of block_bytes) */
     size_t blocks_live;       /* live blocks of every class and huge */
     size_t class_count;       /* KN_CLASS_COUNT */

@@ -1159,7 +1159,7 @@ test "a large block grows in place into the free slices after it" {
         thread.current().checkInvariants();
     }
     // Beyond the largest class it would be huge: the caller moves it.
-    try std.testing.expect(!gpa.resize(block, 2048 * kib));
+    try std.testing.expect(!gpa.resize(block, size_class.block_size_max_bytes + 1));
 }
 
 test "a large block shrinks in place, and its slices serve the next page" {

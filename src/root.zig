@@ -13,7 +13,7 @@
 //! - heap.zig        a thread's pages; the alloc and free fast paths
 //! - thread.zig      heap ownership, thread exit, adoption, fork
 //! - pool.zig        empty segments shared by all heaps
-//! - huge.zig        allocations above 1 MiB, one mapping each; their cache
+//! - huge.zig        allocations above 2 MiB, one mapping each; their cache
 //! - secure.zig, check.zig, quarantine.zig  the hardened configuration
 //! - purge.zig       when free memory goes back to the OS
 //! - os.zig          mmap, munmap, madvise, mremap; mapped-byte counts

@@ -5,7 +5,7 @@
 //!   small page    1 slice (64 KiB), blocks up to 8 KiB
 //!   medium page   8 slices (512 KiB), blocks up to 64 KiB
 //!   large page    as many slices as one block takes: a single block of up
-//!                 to 1 MiB
+//!                 to 2 MiB
 //!   huge          one allocation of any size in its own mapping (huge.zig)
 //!
 //! Any free run of slices serves any page, whatever size class used it

@@ -6,8 +6,9 @@
 //! - Above 128 bytes: eight classes per power of two, i.e. the sizes
 //!   2^k + j * 2^(k-3) for j = 1..8. A request just above a class boundary
 //!   wastes less than 2^(k-3) / 2^k = 12.5% of its block.
-//! - The last class is `block_size_max_bytes` (1 MiB). Larger requests are
-//!   huge allocations and get their own mapping (see huge.zig).
+//! - The last class is `block_size_max_bytes` (2 MiB, half a segment: the
+//!   largest block that leaves its segment room for other pages). Larger
+//!   requests are huge allocations and get their own mapping (huge.zig).
 //!
 //! Every class above 128 bytes is the request rounded up to a power-of-two
 //! step 2^(k-3); hence rounding a request up to a power-of-two alignment A
@@ -25,8 +26,12 @@ pub const word_class_max_bytes = 128;
 pub const word_class_count = word_class_max_bytes / word_bytes;
 /// Classes per power of two above `word_class_max_bytes`.
 pub const classes_per_doubling = 8;
-/// Largest block size; anything bigger is a huge allocation.
-pub const block_size_max_bytes = 1 << 20;
+/// Largest block size; anything bigger is a huge allocation. Blocks up to
+/// here share segments, so the memory a program frees serves its next
+/// requests of any size up to here without a fault: a vector doubling to
+/// 2 MiB and the buffers around it reuse one another's slices, where a
+/// separate mapping for its last step went back to the OS and came anew.
+pub const block_size_max_bytes = 2 << 20;
 
 const word_class_max_log2: usize = std.math.log2_int(usize, word_class_max_bytes);
 const block_size_max_log2: usize = std.math.log2_int(usize, block_size_max_bytes);
@@ -47,12 +52,12 @@ const block_size_table: [class_count]u32 = table: {
 };
 
 comptime {
-    assert(class_count == 120);
+    assert(class_count == 128);
     assert(block_size_table[class_count - 1] == block_size_max_bytes);
     assert(class_count <= std.math.maxInt(Class));
 }
 
-/// The smallest class whose blocks hold `size` bytes, 1 <= size <= 1 MiB.
+/// The smallest class whose blocks hold `size` bytes, 1 <= size <= 2 MiB.
 /// Constant time: one comparison, a count of leading zeros and shifts.
 pub inline fn ofSize(size: usize) Class {
     assert(size >= 1 and size <= block_size_max_bytes);
@@ -70,10 +75,11 @@ pub inline fn blockSize(class: Class) usize {
 /// Offsets inside a page stay below this (the largest page is a segment).
 pub const offset_limit_bytes = 4 * 1024 * 1024;
 
-/// ceil(2^42 / block size) per class: `offset * r >> 42` is then exactly
-/// `offset / block size` for every offset below 2^22 (the error term
-/// offset * (r * size - 2^42) / 2^42 stays below 1), without a divide.
-const reciprocal_shift = 42;
+/// ceil(2^43 / block size) per class: `offset * r >> 43` is then exactly
+/// `offset / block size` for every offset below 2^22 and size up to 2^21
+/// (offset * (r * size - 2^43) < 2^22 * 2^21 keeps the error below one
+/// block's 1 / size), without a divide; r < 2^40, so the product fits.
+const reciprocal_shift = 43;
 const reciprocal_table: [class_count]u64 = table: {
     var table: [class_count]u64 = undefined;
     for (&table, block_size_table) |*r, size| r.* = ((@as(u64, 1) << reciprocal_shift) + size - 1) / size;
@@ -145,8 +151,8 @@ test "classes are word-exact up to 128 bytes, then waste at most 12.5%" {
 }
 
 test "blockIndex divides exactly for every class and every offset that matters" {
-    // offset < 2^22 and size <= 2^20: offset * error < 2^42.
-    comptime assert(offset_limit_bytes <= 1 << 22 and block_size_max_bytes <= 1 << 20);
+    // offset < 2^22 and size <= 2^21: offset * error < 2^43.
+    comptime assert(offset_limit_bytes <= 1 << 22 and block_size_max_bytes <= 1 << 21);
     for (0..class_count) |c| {
         const class: Class = @intCast(c);
         const size = blockSize(class);
