@@ -108,6 +108,9 @@ pub const Heap = struct {
     pressure_seen_bytes: usize,
     /// When the current decay period ends; 0 when none runs.
     decay_due_ns: u64,
+    /// When the cached huge mappings past the budget go back unless a huge
+    /// allocation took them (purge.zig, rule 4); 0 when none wait.
+    budget_due_ns: u64,
     /// Decay periods ended so far: free memory stamped with an earlier one
     /// (Segment.freed_period) is cold, and purges take it first.
     period_index: u32,
@@ -160,6 +163,7 @@ pub const Heap = struct {
         .dirty_reported_bytes = 0,
         .pressure_seen_bytes = 0,
         .decay_due_ns = 0,
+        .budget_due_ns = 0,
         .period_index = 0,
         .retained_classes = 0,
         .retained_bytes = 0,
@@ -872,6 +876,7 @@ pub const Heap = struct {
         heap.collectQueue(&heap.full);
         heap.purgeTo(purge.keep_bytes, .cold_first);
         heap.decay_due_ns = 0;
+        heap.budget_due_ns = 0;
     }
 
     /// Frees the entirely free pages of `queue`.
@@ -947,6 +952,7 @@ pub const Heap = struct {
         other.with_free = .{};
         other.with_run = .{};
         other.decay_due_ns = 0;
+        other.budget_due_ns = 0;
         purge.grew(heap);
     }
 

@@ -564,3 +564,30 @@ fn grew(segment: *Segment, from: usize) void {
     if (to <= from or heap == &Heap.empty) return;
     purge.makeRoom(heap, to - from);
 }
+
+test "a freed huge mapping past the budget waits for the next huge block" {
+    if (!cacheable(1) or !os.can_move) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const mib = 1024 * 1024;
+    // Freed, it takes the free memory past the budget but not past
+    // `budget_hard_factor` budgets (about 2.5 budgets), and the free memory
+    // of other heaps stays within the budget.
+    const len = @max(10 * mib, os.mappedBytes() / 3);
+    const block = try gpa.alloc(u8, len);
+    @memset(block, 1);
+    const after_free = purge.totalBytes() + Segment.ofPtr(block.ptr).huge_mapping_bytes;
+    const budget = purge.budgetBytes();
+    if (after_free <= budget or after_free > budget * purge.budget_hard_factor) return error.SkipZigTest;
+    if (purge.totalBytes() -| thread.current().dirty_bytes > budget) return error.SkipZigTest;
+    gpa.free(block);
+    // A little smaller: built from the freed mapping, whose pages were
+    // not given back in between. (Given back, a cached mapping shrinks from
+    // its end: the new block's last pages tell.)
+    // (rawAlloc: in safe builds `alloc` writes the whole block.)
+    const next = (gpa.rawAlloc(len - mib, .@"1", @returnAddress()) orelse return error.OutOfMemory)[0 .. len - mib];
+    defer gpa.rawFree(next, .@"1", @returnAddress());
+    const tail_bytes = 256 * os.pageSize();
+    const tail = std.mem.alignBackward(usize, @intFromPtr(next.ptr) + next.len - tail_bytes, os.pageSize());
+    const seen = os.residentPages(@ptrFromInt(tail), tail_bytes) orelse return error.SkipZigTest;
+    try std.testing.expectEqual(seen.total, seen.resident);
+}

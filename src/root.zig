@@ -167,4 +167,5 @@ test {
     _ = @import("purge.zig");
     _ = @import("pool.zig");
     _ = heap;
+    _ = @import("huge.zig");
 }
