@@ -167,8 +167,9 @@ void kn_stats(struct kn_stats *stats);
    `stream`, or straight to stderr (without stdio) when it is NULL. */
 void kn_stats_print(FILE *stream);
 
-/* Returns the calling thread's unused memory to the OS now (otherwise done
-   when the thread ends, or 10 ms after memory is freed). */
+/* Returns the calling thread's unused memory to the OS now, with the empty
+   segments ended threads left for reuse (otherwise done by the purge policy:
+   when the thread ends, and as free memory stays unused). */
 void kn_release_thread_memory(void);
 
 #ifdef __cplusplus

@@ -295,7 +295,7 @@ fn writeStderr(_: void, bytes: []const u8) void {
 }
 
 fn kn_release_thread_memory() callconv(.c) void {
-    thread.abandonCurrent();
+    thread.releaseCurrent();
 }
 
 // ---- Helpers ------------------------------------------------------------

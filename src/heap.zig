@@ -111,6 +111,9 @@ pub const Heap = struct {
     /// When the cached huge mappings past the budget go back unless a huge
     /// allocation took them (purge.zig, rule 4); 0 when none wait.
     budget_due_ns: u64,
+    /// Set while a free of the owning thread retires a page: free memory
+    /// that grows then may wait past the budget (purge.zig, rule 4).
+    freeing: bool,
     /// Decay periods ended so far: free memory stamped with an earlier one
     /// (Segment.freed_period) is cold, and purges take it first.
     period_index: u32,
@@ -164,6 +167,7 @@ pub const Heap = struct {
         .pressure_seen_bytes = 0,
         .decay_due_ns = 0,
         .budget_due_ns = 0,
+        .freeing = false,
         .period_index = 0,
         .retained_classes = 0,
         .retained_bytes = 0,
@@ -359,7 +363,7 @@ pub const Heap = struct {
             if (heap.findPageInQueue(class)) |page| return page;
             if (heap.takeFreeSpan(slices)) |page| return heap.installPage(page, class);
         }
-        const segment = heap.takePooled() orelse Segment.create(heap) orelse return null;
+        const segment = heap.takePooled(.any) orelse Segment.create(heap) orelse return null;
         heap.addSegment(segment);
         // An empty segment holds a run for any page.
         const choice = segment.choose(slices) orelse unreachable;
@@ -425,7 +429,9 @@ pub const Heap = struct {
     /// hardened.
     fn extendPage(heap: *Heap, page: *Page) void {
         if (config.hardening.randomize) page.extendShuffled(&heap.random) else page.extend();
-        Segment.ofPtr(page).markTouched(page);
+        // Fresh memory, where the slice was purged or never reached so far.
+        const fresh = Segment.ofPtr(page).markTouched(page);
+        if (fresh > 0) purge.makeRoom(heap, fresh);
     }
 
     // ==== Free, slow paths ==============================================
@@ -444,6 +450,8 @@ pub const Heap = struct {
     /// for a while still returns memory). A page kept as its size's only page costs nothing
     /// more: a loop allocating and freeing one block comes here every time.
     noinline fn retireAfterFree(heap: *Heap, page: *Page) void {
+        heap.freeing = true;
+        defer heap.freeing = false;
         if (heap.retirePage(page) != .nothing) purge.decayIfDue(heap);
     }
 
@@ -655,6 +663,25 @@ pub const Heap = struct {
     fn takeFreeSpan(heap: *Heap, slices: u8) ?*Page {
         const in_use = if (slices == 1) heap.bestFit("with_free", slices) else heap.bestFit("with_run", slices);
         const spare = if (in_use.choice.fit == .resident) Fitting{} else heap.bestFit("all", slices);
+        const exchange = spare.segment != null and spare.choice.fit != .resident;
+        if (in_use.choice.fit != .resident and (exchange or (spare.segment == null and heap.segment_count >= grow_from_pool_segments))) {
+            // Resident memory another heap (or this one) pooled beats
+            // touching fresh memory (pool.zig). In exchange for our spare,
+            // if we have one; beside our segments only for a heap with
+            // several: a thread with one segment that took another left
+            // threads with none to map anew (a crowd of threads started at
+            // once mapped 10% more).
+            if (heap.takePooled(.resident)) |segment| {
+                if (exchange) {
+                    heap.spares.remove(spare.segment.?);
+                    heap.giveAway(spare.segment.?);
+                }
+                heap.addSegment(segment);
+                // An empty segment holds a run for any page.
+                const choice = segment.choose(slices) orelse unreachable;
+                return heap.takeSpanFrom(segment, .{ .first = choice.first, .slices = slices });
+            }
+        }
         if (@backingInt(spare.choice.fit) > @backingInt(in_use.choice.fit)) {
             // Its resident memory stays free memory, whatever pages it holds next.
             heap.spares.remove(spare.segment.?);
@@ -665,6 +692,10 @@ pub const Heap = struct {
         if (in_use.segment) |segment| return heap.takeSpanFrom(segment, .{ .first = in_use.choice.first, .slices = slices });
         return null;
     }
+
+    /// Segments in use from which a heap without spares takes a resident
+    /// pooled segment rather than touch fresh memory (`takeFreeSpan`).
+    const grow_from_pool_segments = 2;
 
     const Fitting = struct { segment: ?*Segment = null, choice: Segment.Choice = .{ .first = 0, .fit = .none, .slack = 0 } };
 
@@ -706,8 +737,8 @@ pub const Heap = struct {
     fn takeSpanFrom(heap: *Heap, segment: *Segment, span: segment_mod.Span) ?*Page {
         const resident = segment.takeSpan(span) orelse return null;
         if (resident > 0) purge.shrank(heap, resident);
-        const area = segment.pageArea(span.first, span.slices).len;
-        if (resident < area) purge.makeRoom(heap, area - resident);
+        // The page's first blocks are touched next (extendPage): any fresh
+        // memory among them makes room then.
         heap.updateFreeLists(segment);
         return segment.linkSpan(span);
     }
@@ -727,25 +758,28 @@ pub const Heap = struct {
         heap.giveAway(segment);
     }
 
-    /// An empty segment the heap does not keep: purged into the shared pool
-    /// (pool.zig), or unmapped when the pool is full.
+    /// An empty segment the heap does not keep: into the shared pool with
+    /// its resident memory (pool.zig), or unmapped when the pool is full.
     fn giveAway(heap: *Heap, segment: *Segment) void {
-        if (pool.isFull()) {
-            purge.shrank(heap, segment.dirtyBytes());
-        } else {
-            purge.shrank(heap, segment.purgeDirty());
-            if (pool.put(segment)) return;
-        }
+        // Ours until put: its free memory is the pool's from here.
+        purge.shrank(heap, segment.dirtyBytes());
+        if (pool.put(segment)) return;
         segment.destroy();
     }
 
-    /// A segment from the shared pool, now ours, or null if it is empty.
-    fn takePooled(heap: *Heap) ?*Segment {
-        const segment = pool.take() orelse return null;
+    /// A segment from the shared pool (one with resident memory, if
+    /// `resident`), now ours, or null.
+    fn takePooled(heap: *Heap, comptime which: @TypeOf(.enum_literal)) ?*Segment {
+        const segment = pool.take(which) orelse return null;
         // Monotonic: an empty segment; nobody frees into it.
         segment.owner.store(heap, .monotonic);
-        // Purged, so the period only orders it among our free memory.
-        segment.freed_period = heap.period_index -% 1;
+        // Its resident memory is our free memory now, taken to be used at
+        // once: hot, so that cold purges leave it (purged, the period only
+        // orders it among our free memory).
+        const resident = segment.dirtyBytes();
+        segment.freed_period = if (resident > 0) heap.period_index else heap.period_index -% 1;
+        heap.dirty_bytes += resident;
+        purge.changed(heap);
         return segment;
     }
 
@@ -767,26 +801,51 @@ pub const Heap = struct {
         purge.grew(heap);
     }
 
-    /// Returns resident free memory to the OS until at most `keep_bytes`
-    /// remain (the policy, when and how much, is in purge.zig): memory freed
-    /// in earlier decay periods first, then, unless `cold_only`, the rest.
-    /// Changes no page or segment list, so it may run while one is walked.
-    pub fn purgeTo(heap: *Heap, keep_bytes: usize, comptime which: enum { cold_only, cold_first }) void {
-        heap.purgeDown(keep_bytes, true);
-        if (which == .cold_first) heap.purgeDown(keep_bytes, false);
+    /// Returns resident free memory until at most `keep_bytes` remain (the
+    /// policy, when and how much, is in purge.zig): memory freed in earlier
+    /// decay periods first, then, unless `cold_only`, the rest. Spares go to
+    /// the pool with their memory (pool.zig) or are purged (`spares`), the
+    /// rest goes to the OS. Changes no page or segment list but the spares,
+    /// so it may run while any other is walked.
+    pub fn purgeTo(heap: *Heap, keep_bytes: usize, comptime which: enum { cold_only, cold_first }, comptime spares: Spares) void {
+        heap.purgeDown(keep_bytes, true, spares);
+        if (which == .cold_first) heap.purgeDown(keep_bytes, false, spares);
         purge.changed(heap);
     }
 
-    fn purgeDown(heap: *Heap, keep_bytes: usize, cold_only: bool) void {
+    /// What a purge does with spare segments: give them to the pool with
+    /// their memory (memory the program freed all at once, past the budget
+    /// or at a thread's end, which the next round takes again), or purge
+    /// them in place (memory found idle, or owed to other heaps).
+    pub const Spares = enum { pool, purge };
+
+    fn purgeDown(heap: *Heap, keep_bytes: usize, cold_only: bool, comptime spares: Spares) void {
         const before = if (cold_only) heap.period_index else null;
         // Cached huge mappings first, then spares: they serve fewer requests
         // than free pages of segments in use, which come last.
         heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes, before);
+        var spare_steps = heap.spares.count;
         var spare_it = heap.spares.first;
-        while (spare_it) |spare| : (spare_it = spare.all.next) {
+        while (spare_it) |spare| {
+            assert(spare_steps > 0);
+            spare_steps -= 1;
+            spare_it = spare.all.next;
             if (heap.dirty_bytes <= keep_bytes) return;
             if (cold_only and spare.freed_period == heap.period_index) continue;
+            const resident = spare.dirtyBytes();
+            if (resident == 0) continue;
+            if (spares == .purge) {
+                heap.dirty_bytes -= spare.purgeDirty();
+                continue;
+            }
+            // Any heap may take it from the pool without faulting; the
+            // pool purges what nobody takes.
+            heap.spares.remove(spare);
+            heap.dirty_bytes -= resident;
+            if (pool.put(spare)) continue;
+            heap.dirty_bytes += resident;
             heap.dirty_bytes -= spare.purgeDirty();
+            heap.spares.push(spare);
         }
         for (&heap.segments) |*list| {
             var steps = list.count;
@@ -874,7 +933,7 @@ pub const Heap = struct {
         heap.releaseRetained();
         for (&heap.queues) |*queue| heap.collectQueue(queue);
         heap.collectQueue(&heap.full);
-        heap.purgeTo(purge.keep_bytes, .cold_first);
+        heap.purgeTo(purge.keep_bytes, .cold_first, .pool);
         heap.decay_due_ns = 0;
         heap.budget_due_ns = 0;
     }
@@ -1042,16 +1101,14 @@ pub const Heap = struct {
         assert(page.reserved == 1 and page.used == 1 and page.capacity == 1);
         const class = size_class.ofSize(new_len);
         const slices = segment_mod.pageSlices(class);
-        const old_bytes = segment.pageArea(page.index, page.slice_count).len;
         if (slices > page.slice_count) {
             const resident = segment.growSpan(page.index, page.slice_count, slices) orelse return false;
             if (resident > 0) purge.shrank(heap, resident);
-            const fresh = segment.pageArea(page.index, slices).len - old_bytes - resident;
-            if (fresh > 0) purge.makeRoom(heap, fresh);
             heap.updateFreeLists(segment);
         }
         heap.setLargeClass(page, class, slices);
-        segment.markTouched(page);
+        const fresh = segment.markTouched(page);
+        if (fresh > 0) purge.makeRoom(heap, fresh);
         return true;
     }
 

@@ -11,14 +11,27 @@
 //! an empty one it did not use: the process mapped more with every round of
 //! threads.
 //!
-//! Pooled segments are purged (no thread runs a decay for them, purge.zig):
-//! they hold address space, not memory. The pool holds at most one segment
-//! per heap ever created (`countMax`): it never keeps more than the threads
-//! that could take one. Beyond that, segments are unmapped, and the whole
-//! pool is when the OS refuses a mapping (`map`).
+//! Pooled segments keep their resident memory for a while: a program that
+//! frees everything at the end of a round (a compilation, a request, a
+//! thread's life) takes the same memory again moments later, from this heap
+//! or another, and purging it in between cost a fault per kernel page of
+//! the next round. Resident pooled memory is held only while it cannot
+//! raise the footprint's peak, and only while the program uses it:
+//! - a heap about to touch fresh memory takes a resident pooled segment
+//!   instead where it can (Heap.takeFreeSpan, giving its own purged spare
+//!   in exchange), and any fresh touch purges as much pooled memory
+//!   (`purgeResident`, from purge.touched): while the pool holds resident
+//!   memory the footprint does not grow;
+//! - when no heap took a segment for `resident_keep_ns`, the next decay
+//!   period to end purges all of it (`decay`).
+//! The pool holds at most one segment per heap ever created (`countMax`):
+//! it never keeps more than the threads that could take one. Beyond that,
+//! segments are unmapped, and the whole pool is when the OS refuses a
+//! mapping (`map`).
 //!
-//! A lock guards the list: taken only on paths that already map, purge or
-//! end a thread, and held for a few loads and stores (no system call).
+//! A lock guards the lists: taken only on paths that already map, purge or
+//! end a thread, and held for a few loads and stores, or for the purge of
+//! one segment (`purgeResident`).
 //! The lock word holds the holder's process id, so the child of a fork that
 //! happened while another thread held it can tell that the holder is gone
 //! and take the lock over; every step leaves the list whole, so the child
@@ -40,11 +53,30 @@ const count_max_32bit = 4;
 /// a single-threaded program that frees many segments keeps a few mapped.
 const count_min_64bit = 16;
 
-/// The pooled segments, linked through `all.next` alone: each change is one
-/// store of `first`, so the list is whole at every step (see fork above).
-var first: ?*Segment = null;
-/// Segments in the list; written under the lock, read without it as a hint.
+/// How long resident pooled memory waits for a heap to take it: two decay
+/// periods (purge.zig), so that the pause between two rounds of a program
+/// does not cost it its memory, and memory nobody takes goes back soon.
+pub const resident_keep_ns = 200 * std.time.ns_per_ms;
+
+/// The pooled segments with resident memory, and those without, each a
+/// stack linked through `all.next` alone: each change is one store of its
+/// head, so the lists are whole at every step (see fork above).
+var resident_first: ?*Segment = null;
+var purged_first: ?*Segment = null;
+/// Segments in the lists; written under the lock, read without it as a hint.
 var pooled: std.atomic.Value(usize) = .init(0);
+/// Resident bytes of the pooled segments' free slices (`dirtyBytes`);
+/// written under the lock, read without it as a hint.
+var resident_bytes: std.atomic.Value(usize) = .init(0);
+/// When a heap last took a segment, or resident memory came to a pool that
+/// had none: the pool's resident memory goes back `resident_keep_ns` after
+/// it (`decay`). In milliseconds, wrapping (`clockMs`): 32-bit targets have
+/// no 64-bit atomics.
+var used_ms: std.atomic.Value(u32) = .init(0);
+
+fn clockMs(now_ns: u64) u32 {
+    return @truncate(now_ns / std.time.ns_per_ms);
+}
 /// 0: free; else the process id of the thread that holds it.
 var lock_word: std.atomic.Value(os.Pid) = .init(0);
 
@@ -56,40 +88,105 @@ fn countMax() usize {
     return @max(count_min_64bit, thread.heapCount());
 }
 
-/// Puts an empty, purged segment into the pool. False when the pool is
-/// full: the caller unmaps it.
+/// Puts an empty segment into the pool, with whatever resident memory it
+/// has. False when the pool is full: the caller unmaps it.
 pub fn put(segment: *Segment) bool {
-    assert(segment.isEmpty() and segment.dirtyBytes() == 0);
+    assert(segment.isEmpty());
     assert(segment.all.next == null and segment.all.prev == null);
-    // Monotonic: an empty segment; nobody frees into it, and the lock's
-    // release publishes it to the next taker.
-    segment.owner.store(null, .monotonic);
+    const resident = segment.dirtyBytes();
+    // The wait starts with the first resident memory (a pool that only
+    // receives keeps none for longer).
+    if (resident > 0 and residentBytes() == 0) {
+        // Monotonic: a policy clock.
+        used_ms.store(clockMs(os.nowNanoseconds()), .monotonic);
+    }
     lock();
     defer unlock();
     // Monotonic: we hold the lock, the only writer.
     const n = pooled.load(.monotonic);
     if (n >= countMax()) return false;
-    segment.all.next = first;
-    first = segment;
-    // Monotonic: a hint for `take` and `count`; the lock orders the list.
+    // Monotonic: an empty segment; nobody frees into it, and the lock's
+    // release publishes it to the next taker. (Still the caller's when full.)
+    segment.owner.store(null, .monotonic);
+    const head = if (resident > 0) &resident_first else &purged_first;
+    segment.all.next = head.*;
+    head.* = segment;
+    // Monotonic, here and for every hint below: read without the lock by
+    // `take`, `count` and the purge policy; the lock orders the list.
     pooled.store(n + 1, .monotonic);
+    resident_bytes.store(resident_bytes.load(.monotonic) + resident, .monotonic);
     return true;
 }
 
 /// A pooled segment, its owner not yet set, or null if the pool is empty.
-pub fn take() ?*Segment {
+/// `resident`: only one with resident memory (else null).
+pub fn take(comptime which: Which) ?*Segment {
+    const segment = takeAny(which) orelse return null;
+    // Monotonic: a policy clock (see `decay`).
+    used_ms.store(clockMs(os.nowNanoseconds()), .monotonic);
+    return segment;
+}
+
+const Which = enum { any, resident };
+
+/// `take`, without telling the clock a heap took it.
+fn takeAny(comptime which: Which) ?*Segment {
     // Monotonic: a look without the lock; a segment put meanwhile is found
     // by a later request.
     if (pooled.load(.monotonic) == 0) return null;
+    if (which == .resident and resident_bytes.load(.monotonic) == 0) return null;
     lock();
     defer unlock();
-    const segment = first orelse return null;
-    first = segment.all.next;
+    // Resident memory first, whoever asks: it saves the faults.
+    const head = if (resident_first != null or which == .resident) &resident_first else &purged_first;
+    const segment = head.* orelse return null;
+    head.* = segment.all.next;
     segment.all = .{};
-    // Monotonic: as in `put`. Saturating: after a fork the hint may be one off.
+    // Saturating: after a fork the hints may be off (see the top).
     pooled.store(pooled.load(.monotonic) -| 1, .monotonic);
+    resident_bytes.store(resident_bytes.load(.monotonic) -| segment.dirtyBytes(), .monotonic);
     assert(segment.isEmpty());
     return segment;
+}
+
+/// Resident bytes of the pooled segments, about (a hint: see `take`).
+pub fn residentBytes() usize {
+    // Monotonic: a hint.
+    return resident_bytes.load(.monotonic);
+}
+
+/// Purges pooled resident memory, at least `bytes` of it while there is
+/// any: the footprint grew by that much (purge.touched). Under the lock, a
+/// system call included: a segment taken out to be purged would leave a
+/// heap that needs one to find the pool empty and map another.
+pub fn purgeResident(bytes: usize) void {
+    var purged: usize = 0;
+    // Each step purges a segment or ends: bounded by the pool's count.
+    var steps: usize = 0;
+    while (purged < bytes and steps <= countMax()) : (steps += 1) {
+        if (residentBytes() == 0) return;
+        lock();
+        defer unlock();
+        const segment = resident_first orelse return;
+        const released = segment.purgeDirtyAtLeast(bytes - purged);
+        purged += released;
+        // Monotonic: as in `put`.
+        resident_bytes.store(resident_bytes.load(.monotonic) -| released, .monotonic);
+        if (segment.dirtyBytes() > 0) continue;
+        // To the purged list (a fork meanwhile loses it to the child).
+        resident_first = segment.all.next;
+        segment.all.next = purged_first;
+        purged_first = segment;
+    }
+}
+
+/// Purges all pooled resident memory when no heap took a segment for
+/// `resident_keep_ns` (called at the end of any heap's decay period).
+pub fn decay(now_ns: u64) void {
+    if (residentBytes() == 0) return;
+    // Monotonic: as in `take`.
+    if (clockMs(now_ns) -% used_ms.load(.monotonic) < resident_keep_ns / std.time.ns_per_ms) return;
+    purgeResident(std.math.maxInt(usize));
 }
 
 /// Unmaps every pooled segment. Returns whether there was any.
@@ -99,10 +196,20 @@ pub fn release() bool {
     {
         lock();
         defer unlock();
-        chain = first;
-        first = null;
+        // One chain of both lists: the purged ones after the resident.
+        chain = purged_first;
+        if (resident_first) |top| {
+            var last = top;
+            // Bounded by the count taken (at most one off after a fork).
+            for (0..countMax() + 1) |_| last = last.all.next orelse break;
+            last.all.next = purged_first;
+            chain = top;
+        }
+        resident_first = null;
+        purged_first = null;
         // Monotonic: as in `put`.
         n = pooled.swap(0, .monotonic);
+        resident_bytes.store(0, .monotonic);
     }
     // Outside the lock: unmapping is a system call. Bounded by the count
     // taken (at most one off after a fork, see the top).
@@ -121,13 +228,6 @@ pub fn release() bool {
 /// address space, or a 32-bit one full).
 pub fn map(bytes: usize, alignment: usize, offset: usize) ?[*]align(os.page_size_min_bytes) u8 {
     return os.map(bytes, alignment, offset) orelse if (release()) os.map(bytes, alignment, offset) else null;
-}
-
-/// Whether the pool is full, about: a segment that would not fit is unmapped
-/// without being purged first.
-pub fn isFull() bool {
-    // Monotonic: a hint; `put` checks again under the lock.
-    return pooled.load(.monotonic) >= countMax();
 }
 
 /// Segments in the pool, about (tests and statistics).
@@ -176,8 +276,41 @@ test "a segment put into the pool comes back out" {
     }
     try std.testing.expectEqual(before + 1, count());
     try std.testing.expect(segment.owner.load(.monotonic) == null);
-    try std.testing.expectEqual(segment, take().?);
+    try std.testing.expectEqual(segment, take(.any).?);
     try std.testing.expectEqual(before, count());
+    segment.destroy();
+}
+
+test "a resident segment waits in the pool, and a fresh touch purges it" {
+    const Heap = @import("heap.zig").Heap;
+    const purge = @import("purge.zig");
+    var heap: Heap = undefined;
+    const segment = Segment.create(&heap) orelse return error.SkipZigTest;
+    // As if a page on slice 1 had been touched whole and freed.
+    const slice = segment_mod.slice_bytes;
+    @memset(@as([*]u8, @ptrCast(segment))[slice..][0..slice], 0x5a);
+    segment.resident_mask |= 1 << 1;
+    segment.slice_touched[1] = slice / Segment.touch_unit_bytes;
+    purge.touched(slice);
+    const before = residentBytes();
+    if (!put(segment)) {
+        _ = segment.purgeDirty();
+        segment.destroy();
+        return error.SkipZigTest; // full: nothing to test here
+    }
+    try std.testing.expectEqual(before + slice, residentBytes());
+    // Taken first, and with its memory, by a heap that wants resident memory.
+    try std.testing.expectEqual(segment, take(.resident).?);
+    try std.testing.expectEqual(@as(usize, slice), segment.dirtyBytes());
+    try std.testing.expect(put(segment));
+    // Fresh memory touched elsewhere: as much pooled memory goes back.
+    purgeResident(1);
+    try std.testing.expectEqual(@as(usize, 0), segment.dirtyBytes());
+    try std.testing.expectEqual(before, residentBytes());
+    // Purged, it is still there for any heap (after any resident ones
+    // earlier tests left).
+    if (before > 0) return;
+    try std.testing.expectEqual(segment, take(.any).?);
     segment.destroy();
 }
 

@@ -42,29 +42,48 @@
 //!    from it, and goes back then as far as it is still past the budget.
 //!    While it waits, fresh memory the heap touches is paid for with any of
 //!    its free memory (rule 2, not only the cold part), so the footprint
-//!    does not grow; past `budget_hard_factor` budgets nothing waits. Free
-//!    pages of segments do not wait: tried, a producer thread whose blocks
-//!    others free held the excess while the other producer touched fresh
-//!    memory (batch_free: peak RSS +30 to 37% over 5 and 9 runs, faults
-//!    within 11% either way).
+//!    does not grow; past `budget_hard_factor` budgets nothing waits.
+//!    The excess waits the same way, whatever it is, when it grew from the
+//!    heap's own frees (Heap.freeing): a program that frees a round's
+//!    memory at its end (a compilation's results, every buffer of a
+//!    request) allocates the next round moments later, and the budget gave
+//!    the memory back page by page as the frees emptied them, for the next
+//!    round to fault it all in again (the compiler front end: a third of
+//!    its faults). When the wait ends, empty segments go to the pool with
+//!    their memory (below), and only the rest goes back. Free pages that
+//!    grew from other threads' frees do not wait: tried, a producer thread
+//!    whose blocks others free held the excess while the other producer
+//!    touched fresh memory (batch_free: peak RSS +30 to 37% over 5 and 9
+//!    runs, faults within 11% either way).
 //!
 //! Purges take memory freed in earlier periods first (Segment.freed_period),
-//! cached huge mappings and spare segments before free pages. Everything
+//! cached huge mappings and spare segments before free pages. A spare
+//! segment (an empty one) past the budget or at a thread's end is not
+//! purged but given to the shared pool with its memory (pool.zig), where
+//! any heap takes it before it touches fresh memory; the pool holds it only
+//! while the footprint does not grow (every fresh touch purges as much of
+//! it, `touched`) and purges it when no heap took a segment for
+//! `pool.resident_keep_ns`. (Spares that decay, room or pressure return are
+//! purged in place: that memory was idle, or is owed to other heaps.)
+//! Everything
 //! here runs on slow paths (a page taken or emptied, a segment or huge
 //! mapping freed), never on the alloc and free fast paths; the clock is
 //! read only while a period is running, and the process-wide figures cost
 //! one atomic add per page taken or emptied.
 //!
 //! Limits: there is no background thread, so a program that stops calling
-//! the allocator keeps the free memory it had (at most the budget) until it
-//! calls again; a heap blocked in its own program cannot pay pressure until
-//! it runs. A thread that ends returns all but `keep_bytes` of its free
-//! memory at once (Heap.releaseUnused): nobody runs its decay later.
+//! the allocator keeps the free memory it had (at most the budget, or what
+//! its last frees left waiting, and the pool's) until it calls again; a
+//! heap blocked in its own program cannot pay pressure until it runs. A
+//! thread that ends returns all but `keep_bytes` of its free memory at
+//! once (Heap.releaseUnused), its empty segments to the pool: nobody runs
+//! its decay later.
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 const os = @import("os.zig");
 const Heap = @import("heap.zig").Heap;
+const pool = @import("pool.zig");
 
 /// Length of a decay period.
 pub const decay_period_ns = 100 * std.time.ns_per_ms;
@@ -112,6 +131,9 @@ var footprint_peak_bytes: std.atomic.Value(usize) = .init(0);
 
 /// `bytes` of memory became resident.
 pub fn touched(bytes: usize) void {
+    // Resident pooled memory is held only while the footprint does not
+    // grow (pool.zig): what is touched fresh, anywhere, goes back there.
+    if (pool.residentBytes() > 0) pool.purgeResident(bytes);
     // Monotonic, here and below: policy figures that order nothing; a peak
     // lost between two racing stores is raised again by the next touch.
     const now = footprint_bytes.fetchAdd(bytes, .monotonic) + bytes;
@@ -184,11 +206,12 @@ pub fn grew(heap: *Heap) void {
     schedule(heap);
 }
 
-/// Whether the free memory past the budget may wait for the heap's next
-/// huge allocation (rule 4): all of it lies in the heap's huge cache, and
-/// it is less than `budget_hard_factor` budgets.
+/// Whether the free memory past the budget may wait (rule 4): it grew from
+/// the heap's own frees, or all of it lies in the heap's huge cache and it
+/// is less than `budget_hard_factor` budgets.
 fn excessWaits(heap: *Heap, total: usize, budget: usize) bool {
     assert(total > budget);
+    if (heap.freeing) return true;
     return total <= budget *| budget_hard_factor and heap.huge_cache.bytes >= total - budget;
 }
 
@@ -205,7 +228,7 @@ fn returnExcess(heap: *Heap, total: usize, budget: usize) void {
     heap.budget_due_ns = 0;
     // An eighth of the budget more than the excess, so that a program
     // hovering at the budget does not purge on every free.
-    heap.purgeTo(heap.dirty_bytes -| (total - budget + budget / 8), .cold_first);
+    heap.purgeTo(heap.dirty_bytes -| (total - budget + budget / 8), .cold_first, .pool);
 }
 
 /// Free memory of `bytes` went back into use, or to the OS.
@@ -226,7 +249,8 @@ pub fn changed(heap: *Heap) void {
 /// (free memory, or pages kept as their size's only page).
 pub fn schedule(heap: *Heap) void {
     if (heap.decay_due_ns != 0) return;
-    if (heap.dirty_bytes == 0 and heap.retained_classes == 0) return;
+    // Pooled resident memory decays at the end of any heap's period.
+    if (heap.dirty_bytes == 0 and heap.retained_classes == 0 and pool.residentBytes() == 0) return;
     // Never 0, which means "no period running".
     heap.decay_due_ns = os.nowNanoseconds() +| decay_period_ns;
     heap.dirty_low_bytes = heap.dirty_bytes;
@@ -250,10 +274,11 @@ pub fn decayIfDue(heap: *Heap) void {
     heap.releaseRetained();
     const idle = @min(heap.dirty_bytes, low + (heap.dirty_bytes -| before));
     const returned = if (idle <= decay_floor_bytes or periods >= decay_periods_max) idle else idle - (idle >> periods);
-    if (returned > 0) heap.purgeTo(heap.dirty_bytes - returned, .cold_first);
+    if (returned > 0) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);
     heap.decay_due_ns = 0;
     heap.period_index +%= 1;
     lowerPeak();
+    pool.decay(now);
     schedule(heap);
 }
 
@@ -265,7 +290,7 @@ pub fn makeRoom(heap: *Heap, bytes: usize) void {
         // While free memory past the budget waits (rule 4), what the fresh
         // memory replaces may be memory freed in this period too: the
         // footprint stays where it was.
-        if (heap.budget_due_ns != 0) heap.purgeTo(keep, .cold_first) else heap.purgeTo(keep, .cold_only);
+        if (heap.budget_due_ns != 0) heap.purgeTo(keep, .cold_first, .purge) else heap.purgeTo(keep, .cold_only, .purge);
     }
     if (builtin.single_threaded) return;
     const others = totalBytes() -| heap.dirty_bytes;
@@ -288,7 +313,7 @@ fn payPressure(heap: *Heap) void {
     if (heap.dirty_bytes == 0) return;
     const total = @max(totalBytes(), heap.dirty_bytes);
     const share: usize = @intCast(@min(heap.dirty_bytes, @as(u128, owed) * heap.dirty_bytes / total));
-    if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first);
+    if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first, .purge);
 }
 
 test "the budget grows with the process" {

@@ -150,11 +150,12 @@ pub fn printStats(writer: *std.Io.Writer) std.Io.Writer.Error!void {
 /// take whole, before running threads that free into it absorb it.
 pub const orphan_grace_ms = thread.orphan_grace_ns / std.time.ns_per_ms;
 
-/// Gives the calling thread's unused memory back now and hands its heap to
-/// the next thread. Never required (a thread's heap is reclaimed when the
-/// thread ends), but useful before a thread goes idle for a long time.
+/// Gives the calling thread's unused memory back now, with the empty
+/// segments other threads left for reuse, and hands its heap to the next
+/// thread. Never required (a thread's heap is reclaimed when the thread
+/// ends), but useful before a thread goes idle for a long time.
 pub fn releaseThreadMemory() void {
-    thread.abandonCurrent();
+    thread.releaseCurrent();
 }
 
 test {

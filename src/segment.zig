@@ -193,6 +193,16 @@ pub const Segment = extern struct {
     /// slices of a page, an entry whose `slice_back` leads to it.
     pages: [page_count_max]Page,
 
+    // ---- Owner only (read by statistics as a snapshot) ----
+    /// Per slice: how far from its start it has been touched since it was
+    /// last purged, in units of `touch_unit_bytes`. Pages are touched front
+    /// to back (Page.extend, a large page's block), so this prefix is what
+    /// the slice holds resident, finer than `resident_mask`: a small page
+    /// that used a few KiB of its slice leaves the rest untouched, and the
+    /// next page there that goes further touches fresh memory, which the
+    /// footprint (purge.zig) counts.
+    slice_touched: [slice_count]u8,
+
     /// One bit per page that any thread may set: one word on 64-bit
     /// targets, two on 32-bit ones (which have no 64-bit atomics).
     pub const PageBits = extern struct {
@@ -375,6 +385,7 @@ pub const Segment = extern struct {
         segment.huge_alignment = 0;
         segment.freed_period = 0;
         segment.resident_mask = 0;
+        segment.slice_touched = @splat(0);
         segment.free_mask = usableSlices();
         for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i) };
         return segment;
@@ -383,7 +394,7 @@ pub const Segment = extern struct {
     pub fn destroy(segment: *Segment) void {
         assert(segment.kind == .pages);
         assert(segment.isEmpty());
-        purge.untouched(residentBytes(segment.resident_mask));
+        purge.untouched(segment.touchedBytes());
         segment_map.remove(segment);
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }
@@ -605,19 +616,52 @@ pub const Segment = extern struct {
         return if (slices & 1 != 0) all - firstBlockOffset() else all;
     }
 
-    /// Notes that `page` has been touched up to its capacity.
-    pub fn markTouched(segment: *Segment, page: *const Page) void {
+    /// Granularity of `slice_touched`: the smallest kernel page.
+    pub const touch_unit_bytes = 4096;
+    const touch_units_per_slice = slice_bytes / touch_unit_bytes;
+
+    comptime {
+        assert(touch_units_per_slice <= std.math.maxInt(u8));
+    }
+
+    /// Footprint bytes of slice `i` touched `units` far: the header of
+    /// slice 0 is not counted (as in `residentBytes`).
+    fn touchedSliceBytes(i: usize, units: usize) usize {
+        const bytes = units * touch_unit_bytes;
+        return if (i == 0) bytes -| firstBlockOffset() else bytes;
+    }
+
+    /// Footprint bytes of the segment's touched slices.
+    pub fn touchedBytes(segment: *const Segment) usize {
+        var sum: usize = 0;
+        // Monotonic: owner-written; other threads (statistics) take a snapshot.
+        for (&segment.slice_touched, 0..) |*units, i| sum += touchedSliceBytes(i, @atomicLoad(u8, units, .monotonic));
+        return sum;
+    }
+
+    /// Notes that `page` has been touched up to its capacity. Returns the
+    /// bytes of it touched for the first time since the slices were purged
+    /// (footprint bytes, counted by purge.touched).
+    pub fn markTouched(segment: *Segment, page: *const Page) usize {
         const touched = page.touchedBytes();
-        if (touched == 0) return;
+        if (touched == 0) return 0;
         const start = @intFromPtr(page.area) - @intFromPtr(segment);
+        const end = start + touched;
         const first = start >> slice_shift;
-        const last = (start + touched - 1) >> slice_shift;
+        const last = (end - 1) >> slice_shift;
         assert(last < slice_count and last < @as(usize, page.index) + page.slice_count);
-        const bits = spanMask(first, last - first + 1);
-        const fresh = bits & ~segment.resident_mask;
-        if (fresh == 0) return;
-        segment.resident_mask |= fresh;
-        purge.touched(residentBytes(fresh));
+        segment.resident_mask |= spanMask(first, last - first + 1);
+        var fresh: usize = 0;
+        for (first..last + 1) |i| {
+            const reach = @min(end - (i << slice_shift), slice_bytes);
+            const units = std.math.divCeil(usize, reach, touch_unit_bytes) catch unreachable;
+            const before = segment.slice_touched[i];
+            if (units <= before) continue;
+            segment.slice_touched[i] = @intCast(units);
+            fresh += touchedSliceBytes(i, units) - touchedSliceBytes(i, before);
+        }
+        if (fresh > 0) purge.touched(fresh);
+        return fresh;
     }
 
     /// Gives a page's slices back to the segment; their memory stays
@@ -646,10 +690,34 @@ pub const Segment = extern struct {
     /// adjacent slices per system call. Returns the bytes released (as
     /// counted by `dirtyBytes`).
     pub fn purgeDirty(segment: *Segment) usize {
+        return segment.purgeDirtyAtLeast(std.math.maxInt(usize));
+    }
+
+    /// `purgeDirty`, stopping once at least `bytes` went back (the free
+    /// slices above the first few stay resident).
+    pub fn purgeDirtyAtLeast(segment: *Segment, bytes: usize) usize {
         var slices = segment.free_mask & segment.resident_mask;
+        // Keep the slices past the lowest ones that cover `bytes`.
+        var covered: usize = 0;
+        var rest = slices;
+        // Each step clears one bit: at most 64.
+        while (rest != 0 and covered < bytes) {
+            const low = rest & (~rest +% 1);
+            covered += residentBytes(low);
+            rest &= ~low;
+        }
+        slices &= ~rest;
         const released = residentBytes(slices);
         segment.resident_mask &= ~slices;
-        purge.untouched(released);
+        var untouched: usize = 0;
+        var marked = slices;
+        // Each step clears one bit: at most 64.
+        while (marked != 0) : (marked &= marked - 1) {
+            const i = @ctz(marked);
+            untouched += touchedSliceBytes(i, segment.slice_touched[i]);
+            segment.slice_touched[i] = 0;
+        }
+        purge.untouched(untouched);
         const base: [*]u8 = @ptrCast(segment);
         // Each step clears a run of set bits.
         while (slices != 0) {

@@ -195,7 +195,7 @@ fn addSegment(walk: *Walk, address: usize) void {
     // Monotonic: owner-written masks; a snapshot.
     const free_slices = Segment.loadMaskRelaxed(&segment.free_mask);
     const resident = Segment.loadMaskRelaxed(&segment.resident_mask);
-    s.footprint_bytes += Segment.residentBytesOf(resident);
+    s.footprint_bytes += segment.touchedBytes();
     // Free slices: the memory under them that may still be resident.
     s.committed_bytes += Segment.residentBytesOf(free_slices & resident);
     for (&segment.pages, 0..) |*p, i| {

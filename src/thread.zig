@@ -123,6 +123,7 @@ const secure = @import("secure.zig");
 const quarantine = @import("quarantine.zig");
 const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
+const pool = @import("pool.zig");
 
 /// The calling thread's heap. Reached through `current`/`setCurrent` only.
 /// In the shared library on Linux x86_64 and aarch64 it is exported so that
@@ -601,6 +602,15 @@ fn listVacant(heap: *Heap) void {
         // Release: a popper that acquires the head sees the link.
         head = @bitCast(vacant_head.cmpxchgWeak(@bitCast(head), @bitCast(pushed), .release, .monotonic) orelse return);
     }
+}
+
+/// kennel.releaseThreadMemory: the calling thread's unused memory goes back
+/// to the OS now, with the resident memory of the segment pool (pool.zig),
+/// which would otherwise wait there for a thread to take it, and its heap
+/// to the next thread.
+pub fn releaseCurrent() void {
+    abandonCurrent();
+    pool.purgeResident(std.math.maxInt(usize));
 }
 
 /// The calling thread is ending (or gives its heap up): return what its heap
