@@ -282,8 +282,9 @@ pub fn decayIfDue(heap: *Heap) void {
     schedule(heap);
 }
 
-/// The heap is about to touch `bytes` of fresh memory (rule 2 and 3 above).
-/// (The footprint grows when the memory is touched: `touched`.)
+/// The heap touched `bytes` of fresh memory for a page (Heap.extendPage,
+/// Heap.growLarge), or is about to for a huge mapping (rules 2 and 3
+/// above). (The footprint grows where the memory is touched: `touched`.)
 pub fn makeRoom(heap: *Heap, bytes: usize) void {
     if (heap.dirty_bytes > keep_bytes) {
         const keep = @max(keep_bytes, heap.dirty_bytes -| bytes);
