@@ -835,7 +835,10 @@ pub const Heap = struct {
             const resident = spare.dirtyBytes();
             if (resident == 0) continue;
             if (spares == .purge) {
-                heap.dirty_bytes -= spare.purgeDirty();
+                // No more than asked (to the next slice): a whole segment's
+                // free memory for a few KiB of fresh memory was faulted in
+                // again by the next pages set up there.
+                heap.dirty_bytes -= spare.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
                 continue;
             }
             // Any heap may take it from the pool without faulting; the
@@ -855,7 +858,8 @@ pub const Heap = struct {
                 assert(steps > 0);
                 steps -= 1;
                 if (cold_only and segment.freed_period == heap.period_index) continue;
-                heap.dirty_bytes -= segment.purgeDirty();
+                // As for spares: the rest of the segment stays resident.
+                heap.dirty_bytes -= segment.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
             }
         }
     }

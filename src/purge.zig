@@ -43,13 +43,16 @@
 //!    While it waits, fresh memory the heap touches is paid for with any of
 //!    its free memory (rule 2, not only the cold part), so the footprint
 //!    does not grow; past `budget_hard_factor` budgets nothing waits.
-//!    The excess waits the same way, whatever it is, when it grew from the
-//!    heap's own frees (Heap.freeing): a program that frees a round's
-//!    memory at its end (a compilation's results, every buffer of a
-//!    request) allocates the next round moments later, and the budget gave
-//!    the memory back page by page as the frees emptied them, for the next
+//!    The excess waits too, whatever it is, when it grew from the heap's
+//!    own frees (Heap.freeing), and longer: `own_frees_grace_ns`. A
+//!    program that frees a round's memory at its end (a compilation's
+//!    results, every buffer of a request, a batch of grown vectors)
+//!    allocates the next round moments later, and the budget gave the
+//!    memory back page by page as the frees emptied them, for the next
 //!    round to fault it all in again (the compiler front end: a third of
-//!    its faults). When the wait ends, empty segments go to the pool with
+//!    its faults). A wait of 10 ms ended early in the next round
+//!    (realloc_growth: rounds of about 50 ms; 200 ms took its faults from
+//!    147k to 124k). When the wait ends, empty segments go to the pool with
 //!    their memory (below), and only the rest goes back. Free pages that
 //!    grew from other threads' frees do not wait: tried, a producer thread
 //!    whose blocks others free held the excess while the other producer
@@ -57,7 +60,11 @@
 //!    runs, faults within 11% either way).
 //!
 //! Purges take memory freed in earlier periods first (Segment.freed_period),
-//! cached huge mappings and spare segments before free pages. A spare
+//! cached huge mappings and spare segments before free pages, and take no
+//! more than asked, to the next slice (Segment.purgeDirtyAtLeast): purging
+//! a segment's free slices whole, for the few KiB a page extension
+//! touched, had pages set up there moments later fault them in again
+//! (realloc_growth: 175k faults, 147k without). A spare
 //! segment (an empty one) past the budget or at a thread's end is not
 //! purged but given to the shared pool with its memory (pool.zig), where
 //! any heap takes it before it touches fresh memory; the pool holds it only
@@ -105,6 +112,11 @@ pub const budget_share_log2 = 3;
 /// How long cached huge mappings past the budget wait for the heap's next
 /// huge allocation before they go back (rule 4).
 pub const budget_grace_ns = 10 * std.time.ns_per_ms;
+/// How long free memory past the budget that grew from the heap's own
+/// frees waits before it goes back (rule 4): longer than a program's round
+/// (a compilation pass, a batch of requests) usually lasts, so the next
+/// round is built from it. Memory left idle meanwhile still decays.
+pub const own_frees_grace_ns = 200 * std.time.ns_per_ms;
 /// Free memory past this multiple of the budget goes back at once.
 pub const budget_hard_factor = 4;
 
@@ -200,7 +212,8 @@ pub fn grew(heap: *Heap) void {
             returnExcess(heap, total, budget);
         } else if (heap.budget_due_ns == 0) {
             // Never 0, which means "nothing waits".
-            heap.budget_due_ns = os.nowNanoseconds() +| budget_grace_ns;
+            const grace: u64 = if (heap.freeing) own_frees_grace_ns else budget_grace_ns;
+            heap.budget_due_ns = os.nowNanoseconds() +| grace;
         }
     }
     schedule(heap);
