@@ -108,12 +108,16 @@ pub const Heap = struct {
     pressure_seen_bytes: usize,
     /// When the current decay period ends; 0 when none runs.
     decay_due_ns: u64,
-    /// When the cached huge mappings past the budget go back unless a huge
-    /// allocation took them (purge.zig, rule 4); 0 when none wait.
+    /// When free memory past the budget goes back: cached huge mappings
+    /// unless a huge allocation took them, or what the heap's own frees
+    /// left (purge.zig, rule 4); 0 when none wait.
     budget_due_ns: u64,
     /// Set while a free of the owning thread retires a page: free memory
     /// that grows then may wait past the budget (purge.zig, rule 4).
     freeing: bool,
+    /// Whether the wait of `budget_due_ns` began with the heap's own frees:
+    /// free memory that grows during it, by any means, waits with it.
+    budget_wait_own: bool,
     /// Decay periods ended so far: free memory stamped with an earlier one
     /// (Segment.freed_period) is cold, and purges take it first.
     period_index: u32,
@@ -168,6 +172,7 @@ pub const Heap = struct {
         .decay_due_ns = 0,
         .budget_due_ns = 0,
         .freeing = false,
+        .budget_wait_own = false,
         .period_index = 0,
         .retained_classes = 0,
         .retained_bytes = 0,
@@ -940,6 +945,7 @@ pub const Heap = struct {
         heap.purgeTo(purge.keep_bytes, .cold_first, .pool);
         heap.decay_due_ns = 0;
         heap.budget_due_ns = 0;
+        heap.budget_wait_own = false;
     }
 
     /// Frees the entirely free pages of `queue`.
@@ -1016,6 +1022,7 @@ pub const Heap = struct {
         other.with_run = .{};
         other.decay_due_ns = 0;
         other.budget_due_ns = 0;
+        other.budget_wait_own = false;
         purge.grew(heap);
     }
 

@@ -14,7 +14,11 @@
 //!    not need at any moment of it; at the period's end half of that goes
 //!    back (more when several periods passed unseen). A program that keeps
 //!    reusing its free memory keeps it all; one that stopped returns it
-//!    geometrically, all of it after `decay_periods_max` periods.
+//!    geometrically, all of it after `decay_periods_max` periods. Not while
+//!    free memory from the heap's own frees waits past the budget (rule
+//!    4): a round that takes the last round's memory bit by bit left a low
+//!    mark each period, and halving it purged what the round's second half
+//!    then faulted in (the compiler front end: 42 MiB a run).
 //! 2. Room before fresh memory. A heap about to touch fresh memory (a page
 //!    never used or already purged, a new huge mapping) while it holds free
 //!    memory the request could not use (it prefers resident memory wherever
@@ -52,8 +56,13 @@
 //!    round to fault it all in again (the compiler front end: a third of
 //!    its faults). A wait of 10 ms ended early in the next round
 //!    (realloc_growth: rounds of about 50 ms; 200 ms took its faults from
-//!    147k to 124k). When the wait ends, empty segments go to the pool with
-//!    their memory (below), and only the rest goes back. Free pages that
+//!    147k to 124k); the front end's passes last 0.5 s. Whatever else grows
+//!    the heap's free memory during such a wait (a huge block freed, an
+//!    array shrunk in place) waits with it, rather than end it early: the
+//!    front end's next pass trimmed an array and the 50 MiB its previous
+//!    pass had freed went back at once. When the wait ends, empty segments
+//!    go to the pool with their memory (below), and only the rest goes
+//!    back. Free pages that
 //!    grew from other threads' frees do not wait: tried, a producer thread
 //!    whose blocks others free held the excess while the other producer
 //!    touched fresh memory (batch_free: peak RSS +30 to 37% over 5 and 9
@@ -115,8 +124,10 @@ pub const budget_grace_ns = 10 * std.time.ns_per_ms;
 /// How long free memory past the budget that grew from the heap's own
 /// frees waits before it goes back (rule 4): longer than a program's round
 /// (a compilation pass, a batch of requests) usually lasts, so the next
-/// round is built from it. Memory left idle meanwhile still decays.
-pub const own_frees_grace_ns = 200 * std.time.ns_per_ms;
+/// round is built from it. Decay waits too (rule 1): a round consumes the
+/// memory the last one freed gradually, and the low-water mark of each
+/// period called what it had not reached yet idle.
+pub const own_frees_grace_ns = 1000 * std.time.ns_per_ms;
 /// Free memory past this multiple of the budget goes back at once.
 pub const budget_hard_factor = 4;
 
@@ -210,10 +221,11 @@ pub fn grew(heap: *Heap) void {
     if (total > budget) {
         if (!excessWaits(heap, total, budget)) {
             returnExcess(heap, total, budget);
-        } else if (heap.budget_due_ns == 0) {
+        } else if (heap.budget_due_ns == 0 or (heap.freeing and !heap.budget_wait_own)) {
             // Never 0, which means "nothing waits".
             const grace: u64 = if (heap.freeing) own_frees_grace_ns else budget_grace_ns;
             heap.budget_due_ns = os.nowNanoseconds() +| grace;
+            heap.budget_wait_own = heap.freeing;
         }
     }
     schedule(heap);
@@ -224,13 +236,18 @@ pub fn grew(heap: *Heap) void {
 /// is less than `budget_hard_factor` budgets.
 fn excessWaits(heap: *Heap, total: usize, budget: usize) bool {
     assert(total > budget);
-    if (heap.freeing) return true;
+    // Once the heap's own frees began a wait, what else grows its free
+    // memory meanwhile waits with it: a compilation's next pass shrinking
+    // its first arrays in place, or a huge block freed, ended the wait of
+    // the 50 MiB its previous pass freed a moment before.
+    if (heap.freeing or heap.budget_wait_own) return true;
     return total <= budget *| budget_hard_factor and heap.huge_cache.bytes >= total - budget;
 }
 
 /// The wait of rule 4 is over: what is still past the budget goes back.
 fn settleBudget(heap: *Heap) void {
     heap.budget_due_ns = 0;
+    heap.budget_wait_own = false;
     const budget = budgetBytes();
     const total = totalBytes();
     if (total > budget) returnExcess(heap, total, budget);
@@ -239,6 +256,7 @@ fn settleBudget(heap: *Heap) void {
 fn returnExcess(heap: *Heap, total: usize, budget: usize) void {
     assert(total > budget);
     heap.budget_due_ns = 0;
+    heap.budget_wait_own = false;
     // An eighth of the budget more than the excess, so that a program
     // hovering at the budget does not purge on every free.
     heap.purgeTo(heap.dirty_bytes -| (total - budget + budget / 8), .cold_first, .pool);
@@ -287,7 +305,7 @@ pub fn decayIfDue(heap: *Heap) void {
     heap.releaseRetained();
     const idle = @min(heap.dirty_bytes, low + (heap.dirty_bytes -| before));
     const returned = if (idle <= decay_floor_bytes or periods >= decay_periods_max) idle else idle - (idle >> periods);
-    if (returned > 0) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);
+    if (returned > 0 and !heap.budget_wait_own) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);
     heap.decay_due_ns = 0;
     heap.period_index +%= 1;
     lowerPeak();
