@@ -1180,6 +1180,7 @@ pub const Heap = struct {
                 assert(segment.kind == .pages);
                 assert(segment.in_with_free == segment.hasFreeSlice());
                 assert(segment.in_with_run == (segment.hasFreeSlice() and segment.hasFreeRun()));
+                segment.checkResidency();
                 dirty += segment.dirtyBytes();
             }
         }
@@ -1187,6 +1188,7 @@ pub const Heap = struct {
         var spare_it = heap.spares.first;
         while (spare_it) |spare| : (spare_it = spare.all.next) {
             assert(spare.isEmpty());
+            spare.checkResidency();
             dirty += spare.dirtyBytes();
         }
         dirty += heap.huge_cache.bytes;

@@ -682,6 +682,17 @@ pub const Segment = extern struct {
     }
 
     /// Resident bytes under free slices: the segment's free memory.
+    /// The two records of residency agree: a slice counts touched units
+    /// exactly when its resident bit is set (both set by markTouched,
+    /// both cleared by a purge). Owner only.
+    pub fn checkResidency(segment: *const Segment) void {
+        for (segment.slice_touched, 0..) |units, i| {
+            const resident = segment.resident_mask & (@as(u64, 1) << @intCast(i)) != 0;
+            assert(units <= touch_units_per_slice);
+            assert(resident == (units > 0));
+        }
+    }
+
     pub fn dirtyBytes(segment: *const Segment) usize {
         return residentBytes(segment.free_mask & segment.resident_mask);
     }
