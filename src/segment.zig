@@ -681,7 +681,6 @@ pub const Segment = extern struct {
         return residentBytes(bits & segment.resident_mask);
     }
 
-    /// Resident bytes under free slices: the segment's free memory.
     /// The two records of residency agree: a slice counts touched units
     /// exactly when its resident bit is set (both set by markTouched,
     /// both cleared by a purge). Owner only.
@@ -693,6 +692,7 @@ pub const Segment = extern struct {
         }
     }
 
+    /// Resident bytes under free slices: the segment's free memory.
     pub fn dirtyBytes(segment: *const Segment) usize {
         return residentBytes(segment.free_mask & segment.resident_mask);
     }
