@@ -17,13 +17,20 @@ workloads run under LD_PRELOAD (glibc without). Every run goes through
 bench-launch (wall time, peak RSS, user and system time, minor faults).
 Runs are interleaved (run 1 of every cell, then run 2, ...), and a run that
 would start after --budget-s is skipped, so a time-limited machine still
-gives medians of every cell, over fewer runs. Writes <out>.md and <out>.csv.
+gives medians of every cell, over fewer runs (the last thread counts lose
+runs first: cells run in a fixed order). Writes <out>.md and <out>.csv;
+`--from-csv FILE` writes the tables again from a CSV this script wrote.
+
+asymmetric (two threads) and mpsc (four producers, one consumer) run a
+fixed number of threads whatever --threads says: they are run and shown
+for the record, and left out of the geometric means.
 """
 
 import argparse
 import csv
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -33,6 +40,8 @@ import run as driver  # noqa: E402  (parse_launch, geomean, machine_description)
 ZIG_WORKLOADS = ["symmetric", "asymmetric", "mpsc", "larson", "xmalloc", "cache-scratch", "thread-churn", "frontend"]
 ZIG_ALLOCATORS = ["kennel", "smp", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 C_WORKLOADS = ["batch_free", "mstress", "realloc_growth"]
+# Workloads whose thread count is fixed (--threads is ignored).
+FIXED_THREADS = {"asymmetric", "mpsc"}
 C_ALLOCATORS = ["kennel", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 PEER_FILES = {"mimalloc": "libmimalloc.so.2", "jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4"}
 
@@ -86,18 +95,30 @@ def main():
     p.add_argument("--peers", help="directory holding libmimalloc.so.2, libjemalloc.so.2, libtcmalloc_minimal.so.4")
     p.add_argument("--std", help="Zig's lib/std, the frontend workload's input")
     p.add_argument("--out", default=os.path.join(driver.RESULTS, "scaling"))
+    p.add_argument("--from-csv", help="write the tables again from this CSV (written by this script) and exit")
     args = p.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
+    if args.from_csv:
+        results, elapsed = read_csv(args.from_csv)
+        args.threads = sorted({t for (_, _, t) in results})
+        write(args, results, [], elapsed)
+        return 0
+    # Without the library, ld.so only warns and the kennel column would
+    # measure glibc.
+    if not os.path.exists(args.kennel):
+        sys.exit(f"scaling: no kennel library at {args.kennel}")
     launcher = os.path.join(args.bin, "bench-launch")
     todo = cells(args)
     results = {}
     failures = []
     start = time.monotonic()
     for k in range(args.runs):
+        if args.budget_s and time.monotonic() - start > args.budget_s:
+            break
         for w, section, a, threads, argv, env in todo:
             if args.budget_s and time.monotonic() - start > args.budget_s:
                 break
-            proc = driver.subprocess.run([launcher] + argv, env=env, stdout=driver.subprocess.DEVNULL, stderr=driver.subprocess.PIPE, text=True)
+            proc = subprocess.run([launcher] + argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             figures = driver.parse_launch(proc.stderr)
             if proc.returncode != 0 or not figures or figures["status"] != 0:
                 failures.append(f"{w} {a} {threads}t: {proc.stderr[-200:].strip()}")
@@ -108,16 +129,37 @@ def main():
     return 1 if failures else 0
 
 
+def read_csv(path):
+    """Results from a CSV of `write`: each cell's medians as one run
+    repeated `runs` times (so the tables show the same medians and counts)."""
+    results = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            run = {"time": float(row["time_s"]), "rss": float(row["peak_rss_mib"]) * 2**20,
+                   "sys": float(row["sys_s"]), "faults": float(row["minor_faults"])}
+            cell = results.setdefault((row["workload"], row["section"], int(row["threads"])), {})
+            cell[row["allocator"]] = [run] * int(row["runs"])
+    return results, 0.0
+
+
 def write(args, results, failures, elapsed):
-    lines = [
-        "# kennel thread scaling",
+    header = [
         f"Machine: {driver.machine_description()}.  ",
-        f"Command: `bench/scaling.py --threads {','.join(map(str, args.threads))} --runs {args.runs} --scale {args.scale}`; "
+        f"Command: `bench/scaling.py --threads {','.join(map(str, args.threads))} --runs {args.runs} --scale {args.scale}"
+        f"{f' --budget-s {args.budget_s:g}' if args.budget_s else ''}`; "
         f"{time.strftime('%Y-%m-%d %H:%M')}; took {elapsed / 60:.1f} min.  ",
-        "Each cell: median wall time in seconds (runs), and the ratio to kennel's (lower is better). "
-        "Zig workloads with each allocator built in; C workloads under LD_PRELOAD.",
-        "",
     ]
+    if args.from_csv and os.path.exists(args.out + ".md"):
+        # Keep the machine and command of the run that made the CSV.
+        with open(args.out + ".md") as f:
+            old = [l.rstrip("\n") for l in f.readlines()[1:3]]
+        if len(old) == 2 and old[0].startswith("Machine:"):
+            header = old
+    lines = ["# kennel thread scaling", *header,
+             "Each cell: median wall time in seconds (runs), and the ratio to kennel's (lower is better). "
+             "Zig workloads with each allocator built in; C workloads under LD_PRELOAD. "
+             "asymmetric and mpsc run a fixed number of threads whatever the count asked (shown, not in the means).",
+             ""]
     rows = []
     for section, workloads, allocators in (("zig", ZIG_WORKLOADS, ZIG_ALLOCATORS), ("c", C_WORKLOADS, C_ALLOCATORS)):
         lines.append(f"## {'Zig' if section == 'zig' else 'C'} workloads")
@@ -140,29 +182,33 @@ def write(args, results, failures, elapsed):
                     out.append(f"{t:.3f} s ({len(runs)}), {t / base:.2f}x")
                     rows.append([w, section, threads, a, len(runs), f"{t:.4f}", f"{rss:.1f}",
                                  f"{statistics.median(r['sys'] for r in runs):.3f}", statistics.median(r["faults"] for r in runs)])
-                lines.append(f"| {w} | {threads} | " + " | ".join(out) + " |")
+                name = f"{w} (fixed threads)" if w in FIXED_THREADS else w
+                lines.append(f"| {name} | {threads} | " + " | ".join(out) + " |")
         lines.append("")
-    lines.append("## Geometric mean of time, ratio to kennel, per thread count")
-    lines.append("| threads | " + " | ".join(ZIG_ALLOCATORS) + " |")
-    lines.append("| --- |" + " --- |" * len(ZIG_ALLOCATORS))
-    for threads in args.threads:
-        out = []
-        for a in ZIG_ALLOCATORS:
-            ratios = []
-            for (w, section, t), cell in results.items():
-                if t == threads and a in cell and "kennel" in cell:
-                    ratios.append(statistics.median(r["time"] for r in cell[a]) / statistics.median(r["time"] for r in cell["kennel"]))
-            out.append(f"{driver.geomean(ratios):.2f}x ({len(ratios)})" if ratios else "-")
-        lines.append(f"| {threads} | " + " | ".join(out) + " |")
+    for title, sections in (("Zig workloads", ("zig",)), ("Zig and C workloads", ("zig", "c"))):
+        lines.append(f"## Geometric mean of time over the {title}, ratio to kennel, per thread count (workloads)")
+        lines.append("| threads | " + " | ".join(ZIG_ALLOCATORS) + " |")
+        lines.append("| --- |" + " --- |" * len(ZIG_ALLOCATORS))
+        for threads in args.threads:
+            out = []
+            for a in ZIG_ALLOCATORS:
+                ratios = []
+                for (w, section, t), cell in results.items():
+                    if t == threads and section in sections and w not in FIXED_THREADS and a in cell and "kennel" in cell:
+                        ratios.append(statistics.median(r["time"] for r in cell[a]) / statistics.median(r["time"] for r in cell["kennel"]))
+                out.append(f"{driver.geomean(ratios):.2f}x ({len(ratios)})" if ratios else "-")
+            lines.append(f"| {threads} | " + " | ".join(out) + " |")
+        lines.append("")
     if failures:
-        lines += ["", "## Failed runs", *[f"- {f}" for f in failures]]
+        lines += ["## Failed runs", *[f"- {f}" for f in failures]]
     with open(args.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(args.out + ".csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["workload", "section", "threads", "allocator", "runs", "time_s", "peak_rss_mib", "sys_s", "minor_faults"])
-        w.writerows(rows)
-    driver.log(f"wrote {args.out}.md and {args.out}.csv")
+        f.write("\n".join(lines).rstrip("\n") + "\n")
+    if not args.from_csv:
+        with open(args.out + ".csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["workload", "section", "threads", "allocator", "runs", "time_s", "peak_rss_mib", "sys_s", "minor_faults"])
+            w.writerows(rows)
+    driver.log(f"wrote {args.out}.md" + ("" if args.from_csv else f" and {args.out}.csv"))
 
 
 if __name__ == "__main__":
