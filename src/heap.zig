@@ -839,21 +839,20 @@ pub const Heap = struct {
             if (cold_only and spare.freed_period == heap.period_index) continue;
             const resident = spare.dirtyBytes();
             if (resident == 0) continue;
-            if (spares == .purge) {
-                // No more than asked (to the next slice): a whole segment's
-                // free memory for a few KiB of fresh memory was faulted in
-                // again by the next pages set up there.
-                heap.dirty_bytes -= spare.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
-                continue;
+            if (spares == .pool) {
+                // Any heap may take it from the pool without faulting; the
+                // pool purges what nobody takes.
+                heap.spares.remove(spare);
+                heap.dirty_bytes -= resident;
+                if (pool.put(spare)) continue;
+                // The pool is full: purged in place, as below.
+                heap.dirty_bytes += resident;
+                heap.spares.push(spare);
             }
-            // Any heap may take it from the pool without faulting; the
-            // pool purges what nobody takes.
-            heap.spares.remove(spare);
-            heap.dirty_bytes -= resident;
-            if (pool.put(spare)) continue;
-            heap.dirty_bytes += resident;
-            heap.dirty_bytes -= spare.purgeDirty();
-            heap.spares.push(spare);
+            // No more than asked (to the next slice): a whole segment's free
+            // memory for a few KiB of fresh memory was faulted in again by
+            // the next pages set up there.
+            heap.dirty_bytes -= spare.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
         }
         for (&heap.segments) |*list| {
             var steps = list.count;
