@@ -417,7 +417,7 @@ fn pageInUseAt(segment: *Segment, address: usize) ?*Page {
     assert(address >= base and address - base < segment_mod.segment_size_bytes);
     const slice = (address - base) >> segment_mod.slice_shift;
     // Monotonic, both: a snapshot (see above).
-    const first = slice -| @atomicLoad(u8, &segment.pages[slice].slice_back, .monotonic);
+    const first = @atomicLoad(u8, &segment.pages[slice].first_slice, .monotonic);
     if (Segment.loadMaskRelaxed(&segment.free_mask) & (@as(u64, 1) << @intCast(first)) != 0) return null;
     return &segment.pages[first];
 }

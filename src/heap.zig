@@ -532,7 +532,7 @@ pub const Heap = struct {
         // A notice may outlive the page's use (freed or reused since).
         if (segment.free_mask & (@as(u64, 1) << @intCast(page.index)) != 0) return .nothing;
         // ... or its first slice is now inside another page.
-        if (page.slice_back != 0) return .nothing;
+        if (!page.isFirstSlice()) return .nothing;
         if (page.isNotifying()) {
             // The announcer is still at work (or a second one raced it):
             // look again on the next round.

@@ -143,9 +143,10 @@ pub const Page = extern struct {
     is_current: bool = false,
     /// Slices the page spans (segment.zig); set while the page is in use.
     slice_count: u8 = 0,
-    /// In the entry of a slice after a page's first: how many entries back
-    /// the page's own entry is. 0 in a page's own entry and in free slices.
-    slice_back: u8 = 0,
+    /// The entry of the page that holds this slice: `index` itself in a
+    /// page's own entry and in free slices, the page's first slice in the
+    /// entry of any other slice of a page (Segment.pageOf).
+    first_slice: u8 = 0,
     /// The rest of `block_size`'s divisor (see block_inverse).
     block_shift: u8 = 0,
     /// Address of block 0.
@@ -161,17 +162,31 @@ pub const Page = extern struct {
         assert(@sizeOf(Page) == if (@bitSizeOf(usize) >= 64) 64 else 44);
     }
 
+    /// A slice entry after a page's first, when its slice leaves the page:
+    /// it leads to itself again, as a free slice's entry does.
+    pub fn unlinkSlice(entry: *Page) void {
+        assert(entry.first_slice < entry.index);
+        entry.first_slice = entry.index;
+    }
+
+    /// Whether this entry is a page's own (or a free slice's), not one that
+    /// leads back to the first slice of a page.
+    pub fn isFirstSlice(entry: *const Page) bool {
+        return entry.first_slice == entry.index;
+    }
+
     /// Sets up a page of `slices` slices for blocks of `class` in
     /// [area, area + area_bytes).
     pub fn init(page: *Page, class: size_class.Class, slices: u8, area: [*]u8, area_bytes: usize) void {
         const block_size = size_class.blockSize(class);
         assert(area_bytes >= block_size);
-        assert(page.slice_back == 0);
+        assert(page.first_slice == page.index);
         const index = page.index;
         const d = size_class.divisor(class);
         page.* = .{
             .class = class,
             .index = index,
+            .first_slice = index,
             .slice_count = slices,
             .block_size = @intCast(block_size),
             .block_inverse = d.inverse,

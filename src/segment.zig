@@ -17,8 +17,9 @@
 //!
 //! The segment starts with this header; the header holds one `Page` per
 //! slice, so the page of any block is found from the block's address
-//! alone: mask to the segment, shift to the slice, and step back to the
-//! page's first slice (`slice_back`, 0 for a one-slice page). Slice 0
+//! alone: mask to the segment, shift to the slice, and take the entry its
+//! page starts at (`first_slice`, the slice itself for a one-slice page).
+//! Slice 0
 //! shares its space with the header, so its blocks start at
 //! `header_bytes`; it (and, with guard pages, slice 63) holds small pages
 //! only. Every page area starts at a multiple of 4 KiB, which is why blocks
@@ -190,7 +191,7 @@ pub const Segment = extern struct {
     freed_period: u32,
 
     /// One entry per slice: the page starting there, or, for the other
-    /// slices of a page, an entry whose `slice_back` leads to it.
+    /// slices of a page, an entry whose `first_slice` leads to it.
     pages: [page_count_max]Page,
 
     // ---- Owner only (read by statistics as a snapshot) ----
@@ -334,10 +335,10 @@ pub const Segment = extern struct {
 
     /// The page containing the block that starts at `ptr`.
     pub inline fn pageOf(segment: *Segment, ptr: *const anyopaque) *Page {
-        const slice = segment.sliceOf(ptr);
         // Written when the page was set up, before any of its blocks was
-        // handed out.
-        return @ptrFromInt(@intFromPtr(slice) - @as(usize, slice.slice_back) * @sizeOf(Page));
+        // handed out. An index, not a step back: one subtraction fewer on
+        // every free.
+        return &segment.pages[segment.sliceOf(ptr).first_slice];
     }
 
     /// `pageOf` in a segment of pages (not a huge mapping), for any
@@ -345,9 +346,8 @@ pub const Segment = extern struct {
     pub inline fn pageAtOffset(segment: *Segment, offset: usize) *Page {
         assert(segment.kind == .pages and segment.page_shift == slice_shift);
         assert(offset < segment_size_bytes);
-        const slice = &segment.pages[offset >> slice_shift];
-        // As in pageOf; a free slice's entry steps back nowhere.
-        return @ptrFromInt(@intFromPtr(slice) - @as(usize, slice.slice_back) * @sizeOf(Page));
+        // As in pageOf; a free slice's entry leads to itself.
+        return &segment.pages[segment.pages[offset >> slice_shift].first_slice];
     }
 
     /// The owner, as seen by any thread. Monotonic: the owner compares it
@@ -387,7 +387,7 @@ pub const Segment = extern struct {
         segment.resident_mask = 0;
         segment.slice_touched = @splat(0);
         segment.free_mask = usableSlices();
-        for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i) };
+        for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i), .first_slice = @intCast(i) };
         return segment;
     }
 
@@ -571,8 +571,8 @@ pub const Segment = extern struct {
         const resident = segment.claimRun(first + slices, new_slices - slices) orelse return null;
         for (slices..new_slices) |i| {
             const entry = &segment.pages[first + i];
-            assert(entry.index == first + i and entry.slice_back == 0);
-            entry.slice_back = @intCast(i);
+            assert(entry.index == first + i and entry.first_slice == entry.index);
+            entry.first_slice = @intCast(first);
         }
         return resident;
     }
@@ -585,7 +585,7 @@ pub const Segment = extern struct {
         assert(segment.pages[first].slice_count == slices);
         const bits = spanMask(first + new_slices, slices - new_slices);
         assert(segment.free_mask & bits == 0);
-        for (new_slices..slices) |i| segment.pages[first + i].slice_back = 0;
+        for (new_slices..slices) |i| segment.pages[first + i].unlinkSlice();
         segment.free_mask |= bits;
         return residentBytes(bits & segment.resident_mask);
     }
@@ -597,10 +597,10 @@ pub const Segment = extern struct {
         assert(page.index == span.first);
         for (1..span.slices) |i| {
             const entry = &segment.pages[span.first + i];
-            assert(entry.index == span.first + i);
+            assert(entry.index == span.first + i and entry.first_slice == entry.index);
             // Read by remote frees and checks of blocks of this page, which
             // are handed out after this.
-            entry.slice_back = @intCast(i);
+            entry.first_slice = span.first;
         }
         return page;
     }
@@ -671,7 +671,7 @@ pub const Segment = extern struct {
         const bits = spanMask(page.index, page.slice_count);
         assert(segment.free_mask & bits == 0);
         assert(page.next == null and page.prev == null);
-        for (1..page.slice_count) |i| segment.pages[page.index + i].slice_back = 0;
+        for (1..page.slice_count) |i| segment.pages[page.index + i].unlinkSlice();
         segment.free_mask |= bits;
         page.free = null;
         page.used = 0;

@@ -201,7 +201,7 @@ fn addSegment(walk: *Walk, address: usize) void {
     for (&segment.pages, 0..) |*p, i| {
         if (free_slices & (@as(u64, 1) << @intCast(i)) != 0) continue;
         // Monotonic: as above (written by the owner as it sets pages up).
-        if (@atomicLoad(u8, &p.slice_back, .monotonic) != 0) continue; // not a page's first slice
+        if (@atomicLoad(u8, &p.first_slice, .monotonic) != i) continue; // not a page's first slice
         // Monotonic: as above (written by the owner as it extends the page).
         const touched = @as(usize, @atomicLoad(BlockCount, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
         if (touched == 0) continue;
