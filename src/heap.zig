@@ -421,7 +421,7 @@ pub const Heap = struct {
         const slices = segment_mod.pageSlices(class);
         const area = segment.blockArea(page.index, slices);
         page.init(class, slices, area.ptr, area.len);
-        if (segment.pageGuard(page)) |guard| secure.closePageGuard(guard);
+        segment.setUpGuards(page);
         // Hardened: no block of the page is live or was handed out (see
         // Segment.live_map_bytes).
         if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
@@ -600,10 +600,10 @@ pub const Heap = struct {
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
-        const guard = segment.pageGuard(page);
         if (config.hardening.zero_freed or config.hardening.guard_freed_large) {
-            secure.pageReleased(page.area, page.block_size, page.capacity, guard);
-        } else if (guard) |g| secure.openPageGuard(g);
+            secure.pageReleased(page.area, page.block_size, page.capacity, segment.pageGuard(page));
+        }
+        segment.releaseGuard(page);
         const had_free = segment.hasFreeSlice();
         heap.dirty_bytes += segment.releasePage(page);
         segment.freed_period = heap.period_index;

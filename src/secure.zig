@@ -325,38 +325,21 @@ fn firstNonzero(block: [*]const u8, from: usize, to: usize) ?usize {
 
 /// A page goes back to its segment (zero_freed, guard_freed_large): its
 /// free blocks' links are cleared, so the next class finds zeros, and a
-/// large page's guarded pages become accessible again, with the guard at
-/// its end (`guard`, from Segment.pageGuard) in the same system call;
-/// without guarded blocks the guard is opened alone.
+/// large page's guarded pages become accessible again, up to the guard at
+/// its end (`guard`, from Segment.pageGuard), which the segment keeps
+/// closed (Segment.releaseGuard).
 pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize, guard: ?[]u8) void {
     if (config.hardening.guard_freed_large and os.can_protect and block_bytes > zero_whole_bytes_max and capacity > 0) {
         const blocks_end = @intFromPtr(area) + block_bytes * capacity;
-        const end = if (guard) |g| @intFromPtr(g.ptr + g.len) else std.mem.alignForward(usize, blocks_end, os.pageSize());
+        const end = if (guard) |g| @intFromPtr(g.ptr) else std.mem.alignForward(usize, blocks_end, os.pageSize());
         assert(end >= blocks_end);
         const start = std.mem.alignBackward(usize, @intFromPtr(area), os.pageSize());
         if (!os.protectReadWrite(@ptrFromInt(start), end - start))
             os.fatal("cannot make a released page at 0x{x} accessible again (out of memory)", .{start});
-    } else if (guard) |g| openPageGuard(g);
+    }
     if (config.hardening.zero_freed) {
         for (0..capacity) |i| @as(*usize, @ptrCast(@alignCast(area + i * block_bytes))).* = 0;
     }
-}
-
-// ---- Guards between pages ----------------------------------------------
-
-/// A medium or large page was set up: its guard (Segment.pageGuard) becomes
-/// inaccessible. A refusal (out of memory for the split mapping, or the
-/// kernel's limit on mappings) leaves the page unguarded, as it would be
-/// without the feature; its blocks never reach the guard's memory.
-pub fn closePageGuard(guard: []u8) void {
-    _ = os.protectNone(guard.ptr, guard.len);
-}
-
-/// The page goes back to its segment: its guard's memory becomes free
-/// slice memory that any page may use.
-pub fn openPageGuard(guard: []u8) void {
-    if (!os.protectReadWrite(guard.ptr, guard.len))
-        os.fatal("cannot make the guard page at 0x{x} accessible again (out of memory)", .{@intFromPtr(guard.ptr)});
 }
 
 // ---- Zero-size blocks (C) -----------------------------------------------

@@ -203,6 +203,13 @@ pub const Segment = extern struct {
     /// next page there that goes further touches fresh memory, which the
     /// footprint (purge.zig) counts.
     slice_touched: [slice_count]u8,
+    /// Hardened (guard pages): bit i while the guard in the last kernel
+    /// page of slice i is inaccessible, whether or not a page in use ends
+    /// there. A released page leaves its guard closed, so the next page set
+    /// up to end at the same slice (one size allocated and freed in a loop)
+    /// needs no system call; a page set up over a closed guard opens it
+    /// (`setUpGuards`).
+    guards_closed: u64,
 
     /// One bit per page that any thread may set: one word on 64-bit
     /// targets, two on 32-bit ones (which have no 64-bit atomics).
@@ -385,6 +392,7 @@ pub const Segment = extern struct {
         segment.huge_alignment = 0;
         segment.freed_period = 0;
         segment.resident_mask = 0;
+        segment.guards_closed = 0;
         segment.slice_touched = @splat(0);
         segment.free_mask = usableSlices();
         for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i), .first_slice = @intCast(i) };
@@ -442,10 +450,69 @@ pub const Segment = extern struct {
     /// The guard at the end of the page in use at `page` (medium and large
     /// pages, hardened), if it has one.
     pub fn pageGuard(segment: *Segment, page: *const Page) ?[]u8 {
+        if (page.slice_count == 1 or pageGuardBytes() == 0) return null;
+        return segment.sliceGuard(@as(usize, page.index) + page.slice_count - 1);
+    }
+
+    /// The memory of the guard that a page ending at slice `i` has: the
+    /// slice's last kernel page (guard pages on).
+    fn sliceGuard(segment: *Segment, i: usize) []u8 {
         const guard = pageGuardBytes();
-        if (page.slice_count == 1 or guard == 0) return null;
-        const end: [*]u8 = @ptrFromInt(@intFromPtr(segment) + ((@as(usize, page.index) + page.slice_count) << slice_shift));
+        assert(guard > 0 and i < slice_count);
+        const end: [*]u8 = @ptrFromInt(@intFromPtr(segment) + ((i + 1) << slice_shift));
         return (end - guard)[0..guard];
+    }
+
+    /// Whether a released page leaves its guard closed (`guards_closed`).
+    /// Not where a purge decommits (Windows): committing the memory again
+    /// would make the guard accessible behind the bit's back.
+    const guards_stay_closed = !os.purge_needs_commit;
+
+    /// A page was just set up at `page` (guard pages): guards that earlier
+    /// pages left closed inside its area open, with one system call, and
+    /// its own guard (medium and large pages) closes unless it was left
+    /// closed there. A refusal to close (out of memory for the split
+    /// mapping, or the kernel's limit on mappings) leaves the page
+    /// unguarded, as it would be without the feature: its blocks never
+    /// reach the guard's memory.
+    pub fn setUpGuards(segment: *Segment, page: *const Page) void {
+        if (pageGuardBytes() == 0) return;
+        assert(segment.free_mask & spanMask(page.index, page.slice_count) == 0);
+        const last = @as(usize, page.index) + page.slice_count - 1;
+        const own: u64 = if (page.slice_count > 1) @as(u64, 1) << @intCast(last) else 0;
+        const inside = segment.guards_closed & spanMask(page.index, page.slice_count) & ~own;
+        if (inside != 0) {
+            // Between the first and the last closed guard lies only memory
+            // that is accessible already.
+            const start = segment.sliceGuard(@ctz(inside)).ptr;
+            const end = segment.sliceGuard(slice_count - 1 - @clz(inside)).ptr + pageGuardBytes();
+            openGuards(start[0 .. end - start]);
+            segment.guards_closed &= ~inside;
+        }
+        if (own != 0 and segment.guards_closed & own == 0) {
+            const guard = segment.sliceGuard(last);
+            if (os.protectNone(guard.ptr, guard.len)) segment.guards_closed |= own;
+        }
+        // No medium or large page ends in the header's slice or the last.
+        assert(segment.guards_closed & edgeSlices() == 0);
+    }
+
+    /// The page at `page` goes back to the segment (guard pages): its guard
+    /// stays closed (`guards_closed`), or opens where it cannot stay.
+    pub fn releaseGuard(segment: *Segment, page: *const Page) void {
+        const guard = segment.pageGuard(page) orelse return;
+        if (guards_stay_closed) return;
+        const bit = @as(u64, 1) << @intCast(page.index + page.slice_count - 1);
+        if (segment.guards_closed & bit == 0) return;
+        openGuards(guard);
+        segment.guards_closed &= ~bit;
+    }
+
+    /// Makes `memory` (guards, and accessible memory between them)
+    /// accessible: it becomes free slice memory that any page may use.
+    fn openGuards(memory: []u8) void {
+        if (!os.protectReadWrite(memory.ptr, memory.len))
+            os.fatal("cannot make the guard page at 0x{x} accessible again (out of memory)", .{@intFromPtr(memory.ptr)});
     }
 
     /// The block area of a page of `slices` slices starting at `first`.

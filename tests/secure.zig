@@ -333,6 +333,42 @@ test "hardened: a run of writes from a medium block faults at its page's end" {
     try expectFault(overflowMediumPage);
 }
 
+test "hardened: a released page leaves its guard closed, and a page set up over it opens it" {
+    const slice_bytes = 64 * 1024;
+    const page_size = std.heap.pageSize();
+    if (!hardening.guard_pages or builtin.os.tag != .linux or page_size * 4 > slice_bytes) return error.SkipZigTest;
+    // Two blocks of one large size, so two pages: freeing the first gives
+    // its page back (the second stays, as the size's only page). Above the
+    // quarantine's block limit, so the free is at once.
+    const len = 320 * 1024; // a size class: the block ends where asked
+    const first = try gpa.alloc(u8, len);
+    const second = try gpa.alloc(u8, len);
+    defer gpa.free(second);
+    @memset(first, 1);
+    // The page's guard: the last kernel page of its last slice.
+    const guard = std.mem.alignForward(usize, @intFromPtr(first.ptr) + len + page_size, slice_bytes) - page_size;
+    try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
+    gpa.free(first);
+    try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
+    // Small pages take the freed slices (resident, in the segment first in
+    // line): the one set up over the guard's slice opens it, and its last
+    // block is the guard's memory.
+    var small: [4096][]u8 = undefined;
+    var count: usize = 0;
+    defer for (small[0..count]) |block| gpa.free(block);
+    while (count < small.len) {
+        const block = try gpa.alloc(u8, 8 * 1024);
+        small[count] = block;
+        count += 1;
+        if (@intFromPtr(block.ptr) <= guard and guard < @intFromPtr(block.ptr) + block.len) {
+            try std.testing.expectEqualStrings("rw-p", try permissionsAt(guard));
+            @memset(block, 2);
+            return;
+        }
+    }
+    return error.TestGuardSliceNotReused;
+}
+
 fn expectFault(comptime body: fn () void) !void {
     var buffer: [4096]u8 = undefined;
     const end = try util.runChild(body, &buffer);
