@@ -396,17 +396,21 @@ pub fn guardHit(address: usize) ?usize {
     return null;
 }
 
-/// Whether `address` lies in the guard at the end of a medium or large page
-/// in use (Segment.pageGuard). Safe in a signal handler, as `guardHit` is.
+/// Whether `address` lies in a guard between pages: the last kernel page of
+/// a slice whose guard is closed (Segment.guards_closed), at the end of a
+/// medium or large page in use or left closed by one that went back to the
+/// segment. Safe in a signal handler, as `guardHit` is.
 fn pageGuardHit(segment: *Segment, address: usize) bool {
     const guard = segment_mod.pageGuardBytes();
     if (guard == 0) return false;
-    const page = pageInUseAt(segment, address) orelse return false;
-    // Monotonic: as in pageInUseAt.
-    const slices = @atomicLoad(u8, &page.slice_count, .monotonic);
-    if (slices <= 1) return false;
-    const end = @intFromPtr(segment) + ((@as(usize, page.index) + slices) << segment_mod.slice_shift);
-    return address >= end - guard and address < end;
+    const base = @intFromPtr(segment);
+    assert(address >= base and address - base < segment_mod.segment_size_bytes);
+    const slice = (address - base) >> segment_mod.slice_shift;
+    const slice_end = base + ((slice + 1) << segment_mod.slice_shift);
+    if (address < slice_end - guard) return false;
+    // A snapshot of an owner-written mask (see loadMaskRelaxed): the bit of
+    // a guard that faulted was set before the access.
+    return Segment.loadMaskRelaxed(&segment.guards_closed) & (@as(u64, 1) << @intCast(slice)) != 0;
 }
 
 /// The page in use whose slices hold `address`, an address in `segment` (a
