@@ -426,6 +426,7 @@ pub const Heap = struct {
         // Segment.live_map_bytes).
         if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
         heap.extendPage(page);
+        if (slices > 1 and segment_mod.Kind.ofClass(class) == .large) segment.purgePageTail(page);
         heap.queuePushFront(page);
         return page;
     }
@@ -1089,6 +1090,7 @@ pub const Heap = struct {
         heap.dirty_bytes += segment.shrinkSpan(page.index, page.slice_count, slices);
         segment.freed_period = heap.period_index;
         heap.setLargeClass(page, class, slices);
+        segment.purgePageTail(page);
         heap.updateFreeLists(segment);
         purge.grew(heap);
         return true;
@@ -1119,6 +1121,8 @@ pub const Heap = struct {
         heap.setLargeClass(page, class, slices);
         const fresh = segment.markTouched(page);
         if (fresh > 0) purge.makeRoom(heap, fresh);
+        // Its last slice's tail stays: a block that grew in place tends to
+        // grow again, into that tail.
         return true;
     }
 

@@ -731,6 +731,36 @@ pub const Segment = extern struct {
         return fresh;
     }
 
+    /// Gives back the resident memory of a large page's last slice past
+    /// the end of its block. A large page is whole slices and its one
+    /// block seldom ends on a slice boundary, so the rest of the last slice
+    /// (up to 60 KiB) holds nothing while the page lives; set up over
+    /// slices that earlier pages touched, it stayed resident anyway (the
+    /// compiler front end: 6 MiB of its peak, once its second pass reused
+    /// the first one's memory). The record stays a touched prefix. Owner
+    /// only. Not where purged memory must be committed again (Windows):
+    /// there a slice's record is all or nothing (see claimRun).
+    pub fn purgePageTail(segment: *Segment, page: *const Page) void {
+        if (os.purge_needs_commit) return;
+        assert(Kind.ofClass(page.class) == .large and page.slice_count >= 2);
+        // Never slice 0 (edgeSlices), whose record leaves out the header.
+        assert(page.index != 0);
+        const last = @as(usize, page.index) + page.slice_count - 1;
+        const slice_start = last << slice_shift;
+        // Whole kernel pages, which may be larger than the record's unit.
+        const page_bytes = os.pageSize();
+        const block_end = std.mem.alignForward(usize, @intFromPtr(page.area) - @intFromPtr(segment) + page.block_size, page_bytes);
+        const kept: usize = @min(touch_units_per_slice, (block_end -| slice_start) / touch_unit_bytes);
+        const units = segment.slice_touched[last];
+        if (units <= kept) return;
+        const purge_end = @min(slice_bytes, std.mem.alignForward(usize, @as(usize, units) * touch_unit_bytes, page_bytes));
+        const base: [*]u8 = @ptrCast(segment);
+        os.purge(base + slice_start + kept * touch_unit_bytes, purge_end - kept * touch_unit_bytes);
+        purge.untouched(touchedSliceBytes(last, units) - touchedSliceBytes(last, kept));
+        segment.slice_touched[last] = @intCast(kept);
+        if (kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(last));
+    }
+
     /// Gives a page's slices back to the segment; their memory stays
     /// resident until the heap purges it. Returns the page's resident bytes
     /// (free memory the segment gained).

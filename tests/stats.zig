@@ -114,6 +114,33 @@ test "stats: printed form" {
     try std.testing.expect(std.mem.indexOf(u8, text, "live blocks") != null);
 }
 
+test "stats: a large block shrunk in place gives back the rest of its last slice" {
+    // Hardened, large blocks do not shrink in place; on Windows a purge
+    // decommits, and slices are purged whole; with 64 KiB kernel pages
+    // nothing past the block is a whole kernel page.
+    if (kennel.config.secure or builtin.os.tag == .windows or std.heap.pageSize() >= 64 * 1024) return error.SkipZigTest;
+    // Free memory from earlier tests goes back first, so the budget has no
+    // reason to purge anything during the shrink.
+    kennel.releaseThreadMemory();
+    // Three slices (64 KiB each), touched to the end of the last.
+    var block = try gpa.alloc(u8, 190_000);
+    @memset(block, 7);
+    const before = kennel.stats();
+    // 70,000 bytes: a block of 72 KiB, two slices. The third slice becomes
+    // free memory (resident, still in the footprint); the second one is
+    // used to 72 KiB - 64 KiB = 8 KiB, and what lies past that goes back.
+    try std.testing.expect(gpa.resize(block, 70_000));
+    block = block[0..70_000];
+    defer gpa.free(block);
+    const after = kennel.stats();
+    try std.testing.expectEqual(after.footprint_bytes, after.footprint_counted_bytes);
+    const page = std.heap.pageSize();
+    const tail = 64 * 1024 - std.mem.alignForward(usize, 8 * 1024, page);
+    try std.testing.expect(after.footprint_bytes + tail <= before.footprint_bytes);
+    // The block still holds what was written to its first 70,000 bytes.
+    for (block) |b| try std.testing.expectEqual(@as(u8, 7), b);
+}
+
 test "stats: the purge policy's footprint is counted exactly" {
     // Every way residency changes: pages first touched and purged, huge
     // blocks made, grown and shrunk in place or moved, cached, reused for
