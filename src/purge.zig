@@ -85,6 +85,9 @@
 //! it, `touched`) and purges it when no heap took a segment for
 //! `pool.resident_keep_ns`. (Spares that decay, room or pressure return are
 //! purged in place: that memory was idle, or is owed to other heaps.)
+//! Outside these rules, memory inside a page that no block can use goes
+//! back when the page is set up or shrunk: the rest of a large page's last
+//! slice past its block (Segment.purgePageTail).
 //! Everything
 //! here runs on slow paths (a page taken or emptied, a segment or huge
 //! mapping freed), never on the alloc and free fast paths; the clock is
