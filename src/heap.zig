@@ -426,7 +426,7 @@ pub const Heap = struct {
         // Segment.live_map_bytes).
         if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
         heap.extendPage(page);
-        if (slices > 1 and segment_mod.Kind.ofClass(class) == .large) segment.purgePageTail(page);
+        if (segment_mod.Kind.ofClass(class) == .large) segment.purgePageTail(page);
         heap.queuePushFront(page);
         return page;
     }
