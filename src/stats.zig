@@ -30,8 +30,8 @@ const thread = @import("thread.zig");
 const purge = @import("purge.zig");
 const pool = @import("pool.zig");
 const Heap = @import("heap.zig").Heap;
-const quarantine_slot_count = @import("quarantine.zig").slot_count;
 const BlockCount = @import("page.zig").BlockCount;
+const quarantine = @import("quarantine.zig");
 
 pub const ClassStats = struct {
     /// Bytes per block of the class.
@@ -151,18 +151,25 @@ fn addHeap(walk: *Walk, heap: *Heap) void {
         if (index / 64 < walk.abandoned.len) walk.abandoned[index / 64] |= @as(u64, 1) << @intCast(index % 64);
     }
     if (config.hardening.quarantine) {
-        // Plain owner-written fields, read as a snapshot (see the top); the
-        // sizes alone are read, never the blocks.
-        const count = @min(@atomicLoad(u32, &heap.quarantine.count, .monotonic), quarantine_slot_count);
-        for (heap.quarantine.sizes[0..count]) |*size| {
-            const bytes = @atomicLoad(u32, size, .monotonic);
-            if (bytes == 0 or bytes > size_class.block_size_max_bytes) continue;
-            walk.quarantined[size_class.ofSize(bytes)] += 1;
-        }
+        addQuarantined(walk, &heap.quarantine.small);
+        if (quarantine.holds_large) addQuarantined(walk, &heap.quarantine.large);
     }
     if (config.count_requested) {
         // Monotonic: the owner stores it with plain (atomic) stores.
         s.requested_bytes = (s.requested_bytes orelse 0) +% @atomicLoad(usize, &heap.requested_bytes, .monotonic);
+    }
+}
+
+/// Counts the blocks waiting in one of a heap's quarantine rings. Plain
+/// owner-written fields, read as a snapshot (see the top); the sizes alone
+/// are read, never the blocks.
+fn addQuarantined(walk: *Walk, ring: anytype) void {
+    const slots = @TypeOf(ring.*).slot_count;
+    const count = @min(@atomicLoad(u32, &ring.count, .monotonic), slots);
+    for (ring.sizes[0..count]) |*size| {
+        const bytes = @atomicLoad(u32, size, .monotonic);
+        if (bytes == 0 or bytes > size_class.block_size_max_bytes) continue;
+        walk.quarantined[size_class.ofSize(bytes)] += 1;
     }
 }
 

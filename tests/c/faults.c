@@ -449,6 +449,20 @@ static void read_after_free_large(void) {
     if (((volatile char *)p)[200 << 10] == 0x55) fprintf(stderr, "unlikely\n");
 }
 
+/* The same, after the program allocated that size again: hardened, the
+   freed block waits in the quarantine, still guarded, and the new one is
+   another; the fast library hands the same block out again. */
+static void write_after_free_large_reused(void) {
+    char *p = malloc(256 << 10);
+    memset(p, 1, 256 << 10);
+    free(p);
+    char *q = malloc(256 << 10);
+    memset(q, 2, 256 << 10);
+    announce(p);
+    ((volatile char *)p)[128 << 10] = 3;
+    free(q);
+}
+
 /* malloc(0): unique pointers that free and realloc accept. */
 static void zero_size_blocks(void) {
     void *p = malloc(0), *q = malloc(0), *c = calloc(0, 8);
@@ -578,6 +592,7 @@ static const struct fault faults[] = {
     {"write after free, deep", write_after_free_deep, ABORT_NAMING, CLEAN, "write after free", NULL},
     {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
+    {"write after free, reused (large)", write_after_free_large_reused, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"malloc(0): unique, freeable", zero_size_blocks, CLEAN, CLEAN, NULL, NULL},
     {"malloc(0) after its addresses wrap", zero_size_wrap, CLEAN, CLEAN, NULL, NULL},
     {"double free of malloc(0)", double_free_zero_size, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
@@ -698,6 +713,18 @@ static void check_quarantine(void) {
     free(keep);
     int ok = hardened ? reused == 0 : reused > 90;
     printf("%s  %-28s %d of 100 freed blocks handed out again at once\n", ok ? "ok  " : "FAIL", "quarantine", reused);
+    if (!ok) failures++;
+    /* Large blocks (above 64 KiB) wait too, in a ring of their own. */
+    reused = 0;
+    for (int i = 0; i < 40; i++) {
+        char *a = malloc(256 << 10);
+        free(a);
+        char *b = malloc(256 << 10);
+        reused += a == b;
+        free(b);
+    }
+    ok = hardened ? reused == 0 : reused > 36;
+    printf("%s  %-28s %d of 40 freed large blocks handed out again at once\n", ok ? "ok  " : "FAIL", "quarantine (large)", reused);
     if (!ok) failures++;
 }
 
