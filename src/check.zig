@@ -398,8 +398,9 @@ pub fn guardHit(address: usize) ?usize {
 
 /// Whether `address` lies in a guard between pages: the last kernel page of
 /// a slice whose guard is closed (Segment.guards_closed), at the end of a
-/// medium or large page in use or left closed by one that went back to the
-/// segment. Safe in a signal handler, as `guardHit` is.
+/// medium or large page or a small page on a guarded slice in use, or left
+/// closed by one that went back to the segment. Safe in a signal handler,
+/// as `guardHit` is.
 fn pageGuardHit(segment: *Segment, address: usize) bool {
     const guard = segment_mod.pageGuardBytes();
     if (guard == 0) return false;

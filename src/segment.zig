@@ -111,13 +111,26 @@ pub fn pageSlices(class: size_class.Class) u8 {
 /// Hardened (guard pages): the last kernel page of every medium and large
 /// page (pages of more than one slice) is inaccessible while the page is
 /// in use, so a run of writes from one of its blocks faults before it
-/// leaves the page. Small pages have none: a guard per 64 KiB would cost
-/// two mappings and two system calls per small page. None either with
-/// kernel pages of more than a quarter of a slice (64 KiB on some aarch64
+/// leaves the page. Small pages have one only on every
+/// `small_guard_interval_slices`th slice (`smallPageGuarded`): a guard
+/// per 64 KiB would split a segment into up to 128 kernel mappings, where
+/// the kernel allows 65,530 in all by default. None either with kernel
+/// pages of more than a quarter of a slice (64 KiB on some aarch64
 /// kernels), where the guard would take a whole slice.
 pub fn pageGuardBytes() usize {
     const guard = guardBytes();
     return if (guard * 4 <= slice_bytes) guard else 0;
+}
+
+/// Small pages end in a guard on every this many slices, so a run of
+/// writes from a small block meets a guard within that many slices (256
+/// KiB), if no medium or large page's guard comes first.
+pub const small_guard_interval_slices = 4;
+
+/// Whether a small page on slice `i` ends in a guard (guard pages). Not on
+/// the segment's last slice, which ends in the segment's own guard.
+pub fn smallPageGuarded(i: usize) bool {
+    return pageGuardBytes() > 0 and i % small_guard_interval_slices == small_guard_interval_slices - 1 and i != slice_count - 1;
 }
 
 /// What a segment holds: pages of blocks, or one huge block (huge.zig).
@@ -438,20 +451,27 @@ pub const Segment = extern struct {
 
     /// Where the blocks of a new page of `slices` slices starting at
     /// `first` lie: its area, less the guard at the end of a medium or
-    /// large page (`pageGuardBytes`), which follows the result.
+    /// large page, or of a small page on a guarded slice
+    /// (`pageGuardBytes`), which follows the result.
     pub fn blockArea(segment: *Segment, first: usize, slices: usize) []u8 {
         const area = segment.pageArea(first, slices);
-        if (slices == 1) return area;
+        if (slices == 1) return if (smallPageGuarded(first)) area[0 .. area.len - pageGuardBytes()] else area;
         // Never the last slice (edgeSlices): the span ends on a slice boundary.
         assert(@intFromPtr(area.ptr + area.len) == @intFromPtr(segment) + ((first + slices) << slice_shift));
         return area[0 .. area.len - pageGuardBytes()];
     }
 
     /// The guard at the end of the page in use at `page` (medium and large
-    /// pages, hardened), if it has one.
+    /// pages, small ones on guarded slices; hardened), if it has one.
     pub fn pageGuard(segment: *Segment, page: *const Page) ?[]u8 {
-        if (page.slice_count == 1 or pageGuardBytes() == 0) return null;
+        if (!hasGuard(page.index, page.slice_count)) return null;
         return segment.sliceGuard(@as(usize, page.index) + page.slice_count - 1);
+    }
+
+    /// Whether a page of `slices` slices at `first` ends in a guard.
+    fn hasGuard(first: usize, slices: usize) bool {
+        if (pageGuardBytes() == 0) return false;
+        return slices > 1 or smallPageGuarded(first);
     }
 
     /// The memory of the guard that a page ending at slice `i` has: the
@@ -470,8 +490,8 @@ pub const Segment = extern struct {
 
     /// A page was just set up at `page` (guard pages): guards that earlier
     /// pages left closed inside its area open, with one system call, and
-    /// its own guard (medium and large pages) closes unless it was left
-    /// closed there. A refusal to close (out of memory for the split
+    /// its own guard (medium and large pages, small ones on guarded
+    /// slices) closes unless it was left closed there. A refusal to close (out of memory for the split
     /// mapping, or the kernel's limit on mappings) leaves the page
     /// unguarded, as it would be without the feature: its blocks never
     /// reach the guard's memory.
@@ -479,7 +499,7 @@ pub const Segment = extern struct {
         if (pageGuardBytes() == 0) return;
         assert(segment.free_mask & spanMask(page.index, page.slice_count) == 0);
         const last = @as(usize, page.index) + page.slice_count - 1;
-        const own: u64 = if (page.slice_count > 1) @as(u64, 1) << @intCast(last) else 0;
+        const own: u64 = if (hasGuard(page.index, page.slice_count)) @as(u64, 1) << @intCast(last) else 0;
         const inside = segment.guards_closed & spanMask(page.index, page.slice_count) & ~own;
         if (inside != 0) {
             // Between the first and the last closed guard lies only memory
@@ -493,7 +513,7 @@ pub const Segment = extern struct {
             const guard = segment.sliceGuard(last);
             if (os.protectNone(guard.ptr, guard.len)) segment.guards_closed |= own;
         }
-        // No medium or large page ends in the header's slice or the last.
+        // No page with a guard ends in the header's slice or the last.
         assert(segment.guards_closed & edgeSlices() == 0);
     }
 
