@@ -363,25 +363,26 @@ test "hardened: a run of writes from a medium block faults at its page's end" {
 }
 
 /// A run of writes from a small block on a slice whose small page ends in
-/// a guard (every fourth slice: Segment.smallPageGuarded) to the end of
+/// a guard (every sixteenth slice: Segment.smallPageGuarded) to the end of
 /// the slice meets the guard.
 fn overflowGuardedSmallPage() void {
     const slice_bytes = 64 * 1024;
     const segment_bytes = 4 * 1024 * 1024;
     // Small pages take free slices wherever they are; within 1 Mi blocks
-    // (above 700 slices) one lands on a guarded slice.
+    // (above 700 slices, 11 segments) one lands on a guarded slice.
+    const interval = 16;
     for (0..1 << 20) |_| {
         const block = gpa.create([48]u8) catch unreachable;
         const offset = @intFromPtr(block) % segment_bytes;
         const slice = offset / slice_bytes;
-        if (slice % 4 != 3 or slice == segment_bytes / slice_bytes - 1) continue;
+        if (slice % interval != interval - 1 or slice == segment_bytes / slice_bytes - 1) continue;
         const run: [*]volatile u8 = @ptrCast(block);
         for (0..slice_bytes - offset % slice_bytes) |i| run[i] = 'S';
         return;
     }
 }
 
-test "hardened: a run of writes from a small block on every fourth slice faults at its page's end" {
+test "hardened: a run of writes from a small block on every sixteenth slice faults at its page's end" {
     if (!hardening.guard_pages or builtin.os.tag != .linux or std.heap.pageSize() * 4 > 64 * 1024) return error.SkipZigTest;
     try expectFault(overflowGuardedSmallPage);
 }
