@@ -336,6 +336,24 @@ static void overflow_medium_page(void) {
     for (volatile char *q = p; q < p + (512 << 10); q++) *q = 'M';
 }
 
+/* A run of writes from a small block on a slice whose small page ends in a
+   guard (every sixteenth slice of a segment) to the end of the slice:
+   hardened, it meets the guard. Small blocks are taken until one lies on
+   such a slice. Without it the run would go on into the next slice. */
+static void overflow_small_page(void) {
+    enum { segment_bytes = 4 << 20, slice_bytes = 64 << 10, interval = 16 };
+    for (int i = 0; i < (1 << 20); i++) {
+        char *p = malloc(48);
+        if (p == NULL) abort();
+        uintptr_t offset = (uintptr_t)p % segment_bytes;
+        uintptr_t slice = offset / slice_bytes;
+        if (slice % interval != interval - 1 || slice == segment_bytes / slice_bytes - 1) continue;
+        announce(p);
+        for (volatile char *q = p; q < p + (slice_bytes - offset % slice_bytes); q++) *q = 'S';
+        return;
+    }
+}
+
 /* A run of writes below the first blocks of a segment, towards its header
    (the page metadata): hardened, a guard page lies between them. Small
    blocks are taken until one lies in the segment's first 64 KiB. */
@@ -582,6 +600,7 @@ static const struct fault faults[] = {
     {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
     {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
     {"overflow of a medium page", overflow_medium_page, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
+    {"overflow of a small page", overflow_small_page, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
     {"underflow into a segment header", underflow_into_segment_header, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
     {"underflow into a huge header", underflow_into_huge_header, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
     {"read after free (huge)", read_after_free_huge, SEGV, CLEAN, NULL, NULL},
