@@ -18,8 +18,8 @@
 //! holds one block: without the wait, the next allocation of its size
 //! took the same block back at once, and a pointer kept to it reached the
 //! new owner). They wait only where they are purged (guarded freed large
-//! blocks, or zeroing, and a system that can purge); otherwise they are
-//! freed at once, as are huge blocks, which are unmapped.
+//! blocks, or zeroing, on a system that can protect memory); otherwise
+//! they are freed at once, as are huge blocks, which are unmapped.
 const std = @import("std");
 const assert = std.debug.assert;
 const config = @import("config.zig");

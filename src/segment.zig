@@ -114,11 +114,10 @@ pub fn pageSlices(class: size_class.Class) u8 {
 /// leaves the page. Small pages have one only on every
 /// `small_guard_interval_slices`th slice (`smallPageGuarded`): each closed
 /// guard inside a segment costs the process two more kernel mappings, of
-/// the 65,530 the kernel allows by default, and one per small page (up to
-/// 128 mappings a segment) had a hardened heap of small blocks run out of
-/// them at about 8 GiB. None either with kernel
-/// pages of more than a quarter of a slice (64 KiB on some aarch64
-/// kernels), where the guard would take a whole slice.
+/// the 65,530 the kernel allows by default, and one per small page would
+/// split a segment into up to 128, enough for about 8 GiB of small pages.
+/// None either with kernel pages of more than a quarter of a slice (64 KiB
+/// on some aarch64 kernels), where the guard would take a whole slice.
 pub fn pageGuardBytes() usize {
     const guard = guardBytes();
     return if (guard * 4 <= slice_bytes) guard else 0;
@@ -497,10 +496,10 @@ pub const Segment = extern struct {
     /// A page was just set up at `page` (guard pages): guards that earlier
     /// pages left closed inside its area open, with one system call, and
     /// its own guard (medium and large pages, small ones on guarded
-    /// slices) closes unless it was left closed there. A refusal to close (out of memory for the split
-    /// mapping, or the kernel's limit on mappings) leaves the page
-    /// unguarded, as it would be without the feature: its blocks never
-    /// reach the guard's memory.
+    /// slices) closes unless it was left closed there. A refusal to close
+    /// (out of memory for the split mapping, or the kernel's limit on
+    /// mappings) leaves the page unguarded, as it would be without the
+    /// feature: its blocks never reach the guard's memory.
     pub fn setUpGuards(segment: *Segment, page: *const Page) void {
         if (pageGuardBytes() == 0) return;
         assert(segment.free_mask & spanMask(page.index, page.slice_count) == 0);
