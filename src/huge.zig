@@ -19,13 +19,16 @@
 //! (`Cache.assemble`): the smallest cached mapping that holds the block
 //! serves it, and what it has beyond the block is split off (moved with
 //! mremap, no copy) and stays cached; when every cached mapping is
-//! smaller, the largest grows, in place or moving, and only the growth is
-//! fresh memory. So a program that replaces large buffers of varying sizes
-//! touches new memory only where a buffer outgrows the one it replaces.
-//! Cached mappings count as the heap's free memory and go back to the OS
-//! under the purge policy (purge.zig). Every mapping stays one kernel VMA:
-//! mremap cannot move or grow a range made of several, so pages of two
-//! cached mappings are never combined into one block.
+//! smaller, the largest grows, in place or moving, and the pages of other
+//! cached mappings are moved into the growth (`Cache.donate`), so that
+//! only what all of them together lack is fresh memory. A program that
+//! replaces large buffers of varying sizes thus touches new memory only
+//! where its buffers outgrow what it freed. Cached mappings count as the
+//! heap's free memory and go back to the OS under the purge policy
+//! (purge.zig). A mapping built of several is several kernel mappings
+//! (VMAs), listed in its header (`Pieces`): mremap moves or grows within
+//! one VMA only, so such a mapping moves piece by piece and grows at its
+//! last piece.
 //!
 //! Huge mappings ask for transparent huge pages (os.adviseHugePages) while
 //! the program writes its huge blocks whole: then one fault per 2 MiB costs
@@ -73,6 +76,172 @@ const slack_divisor = 8;
 /// when at least this big; a smaller one goes back to the OS (moving it
 /// costs system calls that touching it anew would not repay).
 const split_min_bytes = 1024 * 1024;
+
+/// Kernel mappings (VMAs) one huge mapping may be made of: pieces of other
+/// cached mappings moved into it (Cache.donate) add to them.
+pub const piece_count_max = 8;
+/// A cached mapping gives pages to another's block only in runs of at
+/// least this: a move costs a few system calls, which touching fewer
+/// fresh pages than this would not repay.
+const donate_min_bytes = 256 * 1024;
+
+/// The kernel mappings a huge mapping is made of, as their ends (offsets
+/// from its start, ascending, the last its length). A fresh mapping is
+/// one piece. Pages moved in from other cached mappings (Cache.donate)
+/// stay mappings of their own: Linux does not merge them with their new
+/// neighbours, and mremap grows or moves a range within one mapping only
+/// (before Linux 6.17), so the pieces move one by one (`moveRange`) and a
+/// mapping grows in place at its last piece. Recorded boundaries where the
+/// kernel did merge cost a system call each, nothing else.
+pub const Pieces = extern struct {
+    ends: [piece_count_max]usize = undefined,
+    count: usize = 0,
+
+    pub fn one(len: usize) Pieces {
+        var pieces: Pieces = .{};
+        pieces.ends[0] = len;
+        pieces.count = 1;
+        return pieces;
+    }
+
+    fn start(pieces: *const Pieces, i: usize) usize {
+        assert(i < pieces.count);
+        return if (i == 0) 0 else pieces.ends[i - 1];
+    }
+
+    fn bytes(pieces: *const Pieces) usize {
+        assert(pieces.count > 0);
+        return pieces.ends[pieces.count - 1];
+    }
+
+    fn assertValid(pieces: *const Pieces) void {
+        assert(pieces.count > 0 and pieces.count <= piece_count_max);
+        for (0..pieces.count) |i| {
+            assert(pieces.ends[i] > pieces.start(i));
+            assert(pieces.ends[i] % os.pageSize() == 0);
+        }
+    }
+
+    /// The pieces of [from, to), as offsets from `from`.
+    fn slice(pieces: *const Pieces, from: usize, to: usize) Pieces {
+        assert(from < to and to <= pieces.bytes());
+        var result: Pieces = .{};
+        for (0..pieces.count) |i| {
+            if (pieces.ends[i] <= from) continue;
+            result.ends[result.count] = @min(pieces.ends[i], to) - from;
+            result.count += 1;
+            if (pieces.ends[i] >= to) break;
+        }
+        return result;
+    }
+
+    /// Cuts the mapping to `new_len` bytes.
+    fn truncate(pieces: *Pieces, new_len: usize) void {
+        assert(new_len > 0 and new_len <= pieces.bytes());
+        var i: usize = 0;
+        // Ends below new_len come first; the last end is at least new_len.
+        while (pieces.ends[i] < new_len) i += 1;
+        pieces.ends[i] = new_len;
+        pieces.count = i + 1;
+    }
+
+    /// The last piece grew or shrank to end at `new_len`.
+    fn setEnd(pieces: *Pieces, new_len: usize) void {
+        assert(new_len > pieces.start(pieces.count - 1));
+        pieces.ends[pieces.count - 1] = new_len;
+    }
+
+    /// `moved`, pages moved onto [at, at + moved.bytes()) of the last piece,
+    /// split it there.
+    fn insert(pieces: *Pieces, at: usize, moved: Pieces) void {
+        const end = pieces.bytes();
+        const at_end = at + moved.bytes();
+        assert(at >= pieces.start(pieces.count - 1) and at_end <= end);
+        assert(pieces.count + moved.count + 1 <= piece_count_max);
+        if (at == pieces.start(pieces.count - 1)) pieces.count -= 1 else pieces.ends[pieces.count - 1] = at;
+        for (moved.ends[0..moved.count]) |e| {
+            pieces.ends[pieces.count] = at + e;
+            pieces.count += 1;
+        }
+        if (at_end < end) {
+            pieces.ends[pieces.count] = end;
+            pieces.count += 1;
+        }
+    }
+};
+
+/// The pieces of a huge mapping.
+fn piecesOf(segment: *const Segment) Pieces {
+    return if (segment.huge_pieced) segment.huge_pieces else .one(segment.huge_mapping_bytes);
+}
+
+/// Records the pieces of a huge mapping, and so its length (the last end).
+fn setPieces(segment: *Segment, pieces: Pieces) void {
+    pieces.assertValid();
+    segment.huge_mapping_bytes = pieces.bytes();
+    segment.huge_pieced = pieces.count > 1;
+    if (pieces.count > 1) segment.huge_pieces = pieces;
+}
+
+/// The kernel pages at the start of a cached mapping that hold its header:
+/// a mapping giving pages to another keeps them.
+fn headerPagesBytes() usize {
+    return std.mem.alignForward(usize, Segment.metadata_bytes, os.pageSize());
+}
+
+/// Moves the pages of [from, to) of `segment`'s mapping onto `dest`, a
+/// mapping of at least `dest_len` bytes made by `map` (or a fresh part of
+/// one), without copying, one piece at a time; the last piece's move
+/// extends it to `dest + dest_len` (fresh memory). Returns false, nothing
+/// moved, when the kernel refuses the first piece. A later piece it
+/// refuses is copied and unmapped instead, so that a move begun always
+/// ends. Pieces and lengths are the caller's to update.
+fn moveRange(segment: *Segment, from: usize, to: usize, dest: [*]align(os.page_size_min_bytes) u8, dest_len: usize) bool {
+    assert(os.can_move);
+    assert(from < to and dest_len >= to - from);
+    const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+    // With guard pages the range may stop short of the mapping's end (the
+    // guard stays); such mappings are never made of several pieces.
+    assert(to <= segment.huge_mapping_bytes);
+    const pieces = piecesOf(segment).slice(from, to);
+    for (0..pieces.count) |i| {
+        const start = pieces.start(i);
+        const len = pieces.ends[i] - start;
+        const new_len = if (i == pieces.count - 1) dest_len - start else len;
+        const src: [*]align(os.page_size_min_bytes) u8 = @alignCast(base + from + start);
+        if (os.moveInto(src, len, @alignCast(dest + start), new_len)) continue;
+        if (i == 0) return false;
+        // The destination is mapped and writable: copying is what a move
+        // would have done, at the price of touching the pages.
+        @memcpy(dest[start..][0..len], src[0..len]);
+        os.unmap(src, len);
+    }
+    return true;
+}
+
+/// Grows a mapping in place to `mapping` bytes: its last piece grows.
+fn growInPlace(segment: *Segment, mapping: usize) bool {
+    var pieces = piecesOf(segment);
+    assert(mapping > pieces.bytes());
+    const start = pieces.start(pieces.count - 1);
+    const base: [*]u8 = @ptrCast(segment);
+    if (!os.remapInPlace(@alignCast(base + start), pieces.bytes() - start, mapping - start)) return false;
+    pieces.setEnd(mapping);
+    setPieces(segment, pieces);
+    return true;
+}
+
+/// Shrinks a mapping in place to `mapping` bytes (the pieces past it are
+/// unmapped; this cannot fail).
+fn shrinkInPlace(segment: *Segment, mapping: usize) void {
+    assert(mapping < segment.huge_mapping_bytes);
+    const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
+    const shrunk = os.remapInPlace(base, segment.huge_mapping_bytes, mapping);
+    assert(shrunk);
+    var pieces = piecesOf(segment);
+    pieces.truncate(mapping);
+    setPieces(segment, pieces);
+}
 
 /// A mapping built from cached pages (Cache.assemble).
 const Assembled = struct { segment: *Segment, reused: usize };
@@ -130,11 +299,9 @@ pub const Cache = struct {
             cache.trim(segment, mapping);
             return .{ .segment = segment, .reused = segment.huge_mapping_bytes };
         }
-        const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
         var grown: *Segment = segment;
-        if (os.remapInPlace(base, have, mapping)) {
-            segment.huge_mapping_bytes = mapping;
-            purge.touched(mapping - have);
+        if (growInPlace(segment, mapping)) {
+            // Grown in place.
         } else if (!os.can_move) {
             // Copying old pages would cost what touching fresh ones does.
             return cache.giveBack(segment);
@@ -148,16 +315,77 @@ pub const Cache = struct {
             }
             // Out of the map before the pages move (see `remap`).
             segment_mod.segment_map.remove(segment);
-            if (!os.moveInto(base, have, dest, mapping)) {
+            if (!moveRange(segment, 0, have, dest, mapping)) {
                 segment_mod.segment_map.remove(@ptrCast(dest));
                 os.unmap(dest, mapping);
                 return cache.giveBack(restore(segment));
             }
             grown = @ptrCast(dest);
-            grown.huge_mapping_bytes = mapping;
-            purge.touched(mapping - have);
+            var pieces = piecesOf(grown);
+            pieces.setEnd(mapping);
+            setPieces(grown, pieces);
         }
-        return .{ .segment = grown, .reused = have };
+        // The growth is fresh memory, less what other cached mappings fill.
+        const donated = cache.donate(grown, have);
+        purge.touched(mapping - have - donated);
+        return .{ .segment = grown, .reused = have + donated };
+    }
+
+    /// Fills the fresh part of a mapping that grew, [at, its end), with
+    /// pages of other cached mappings (the tails of the best fitting),
+    /// moved without copying: a program that replaces large buffers of
+    /// varying sizes then touches fresh memory only where all its cached
+    /// mappings together fall short, not wherever the largest one does.
+    /// Returns the bytes filled from `at` on.
+    fn donate(cache: *Cache, segment: *Segment, at: usize) usize {
+        if (!os.can_move) return 0;
+        const end = segment.huge_mapping_bytes;
+        assert(at < end);
+        const base: [*]u8 = @ptrCast(segment);
+        var pieces = piecesOf(segment);
+        var filled: usize = 0;
+        // Each step moves one donor's tail and takes it out of the running
+        // (shrunk below what it had to spare, or unmapped), or stops.
+        for (0..cache_count_max) |_| {
+            const need = end - (at + filled);
+            if (need < donate_min_bytes) break;
+            const index = cache.bestDonor(need) orelse break;
+            const donor = cache.entries[index];
+            const donor_len = donor.huge_mapping_bytes;
+            const take = @min(need, donor_len - headerPagesBytes());
+            const from = donor_len - take;
+            var donor_pieces = piecesOf(donor);
+            const moved = donor_pieces.slice(from, donor_len);
+            if (pieces.count + moved.count + 1 > piece_count_max) break;
+            if (!moveRange(donor, from, donor_len, @alignCast(base + at + filled), take)) break;
+            // Pages that asked for huge pages keep asking where they land;
+            // a block that asked gets its new part asking too.
+            if (segment.huge_advised) os.adviseHugePages(base + at + filled, take);
+            pieces.insert(at + filled, moved);
+            donor_pieces.truncate(from);
+            setPieces(donor, donor_pieces);
+            cache.bytes -= take;
+            filled += take;
+            // What is left of it is too little to give again: unmapped.
+            if (from - headerPagesBytes() < donate_min_bytes) unmap(cache.removeAt(index));
+        }
+        setPieces(segment, pieces);
+        return filled;
+    }
+
+    /// Index of the entry with the least to spare (past its header) of at
+    /// least `need` bytes, else of the one with the most; null when none
+    /// has `donate_min_bytes` to spare.
+    fn bestDonor(cache: *const Cache, need: usize) ?usize {
+        var fit: ?usize = null;
+        var largest: ?usize = null;
+        for (cache.entries[0..cache.len], 0..) |segment, i| {
+            const spare = segment.huge_mapping_bytes -| headerPagesBytes();
+            if (spare < donate_min_bytes) continue;
+            if (spare >= need and (fit == null or segment.huge_mapping_bytes < cache.entries[fit.?].huge_mapping_bytes)) fit = i;
+            if (largest == null or segment.huge_mapping_bytes > cache.entries[largest.?].huge_mapping_bytes) largest = i;
+        }
+        return fit orelse largest;
     }
 
     /// Puts back a mapping `assemble` took (the kernel refused a step).
@@ -174,29 +402,28 @@ pub const Cache = struct {
         assert(have >= mapping);
         const excess = have - mapping;
         if (excess <= mapping / slack_divisor) return;
-        const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
         if (os.can_move and excess >= split_min_bytes and cache.len < cache_count_max) split: {
             const dest = os.map(excess, segment_size_bytes, 0) orelse break :split;
             if (!segment_mod.segment_map.add(@ptrCast(dest))) {
                 os.unmap(dest, excess);
                 break :split;
             }
-            if (!os.moveInto(@alignCast(base + mapping), excess, dest, excess)) {
+            var pieces = piecesOf(segment);
+            const moved = pieces.slice(mapping, have);
+            if (!moveRange(segment, mapping, have, dest, excess)) {
                 segment_mod.segment_map.remove(@ptrCast(dest));
                 os.unmap(dest, excess);
                 break :split;
             }
-            segment.huge_mapping_bytes = mapping;
+            pieces.truncate(mapping);
+            setPieces(segment, pieces);
             const tail: *Segment = @ptrCast(dest);
-            writeCachedHeader(tail, excess);
+            writeCachedHeader(tail, moved);
             tail.freed_period = segment.freed_period;
             cache.put(tail);
             return;
         }
-        // Shrinking a mapping only unmaps its tail: it cannot fail.
-        const shrunk = os.remapInPlace(base, have, mapping);
-        assert(shrunk);
-        segment.huge_mapping_bytes = mapping;
+        shrinkInPlace(segment, mapping);
         purge.untouched(excess);
     }
 
@@ -219,9 +446,8 @@ pub const Cache = struct {
             if (bytes > short + split_min_bytes) {
                 // Shrink it by what is still wanted, in whole pages.
                 const keep = std.mem.alignForward(usize, bytes - short, os.pageSize());
-                const base: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(entry));
-                if (keep < bytes and os.remapInPlace(base, bytes, keep)) {
-                    entry.huge_mapping_bytes = keep;
+                if (keep < bytes) {
+                    shrinkInPlace(entry, keep);
                     purge.untouched(bytes - keep);
                     cache.bytes -= bytes - keep;
                     released += bytes - keep;
@@ -366,6 +592,7 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
     purge.touched(mapping);
     const block = setHeader(@ptrCast(base), mapping, offset, alignment);
     const segment: *Segment = @ptrCast(base);
+    segment.huge_pieced = false;
     segment.huge_advised = thp;
     // Only blocks that could take huge pages, and did not ask, tell
     // anything by their touch.
@@ -422,8 +649,10 @@ fn setHeader(segment: *Segment, mapping_bytes: usize, offset: usize, alignment: 
 }
 
 /// The header of a cached mapping split off another one.
-fn writeCachedHeader(segment: *Segment, mapping_bytes: usize) void {
-    writeHeader(segment, mapping_bytes);
+fn writeCachedHeader(segment: *Segment, pieces: Pieces) void {
+    writeHeader(segment, pieces.bytes());
+    segment.huge_pieced = false;
+    setPieces(segment, pieces);
     segment.huge_advised = false;
     segment.huge_block_offset = Segment.metadata_bytes;
     segment.huge_alignment = 1;
@@ -489,8 +718,11 @@ pub fn resizeInPlace(segment: *Segment, new_len: usize) bool {
         if (!os.protectNone(base + mapping - guard, guard)) return false;
     }
     const old_mapping = segment.huge_mapping_bytes;
-    if (!os.remapInPlace(base, old_mapping, mapping)) return false;
-    segment.huge_mapping_bytes = mapping;
+    if (mapping > old_mapping) {
+        if (!growInPlace(segment, mapping)) return false;
+    } else if (mapping < old_mapping) {
+        shrinkInPlace(segment, mapping);
+    }
     resized(old_mapping, mapping);
     return true;
 }
@@ -527,7 +759,7 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     // for it, and closes again wherever the pages end up.
     const header_guard = headerGuardOffset();
     const opened = if (header_guard) |at| os.protectReadWrite(old + at, guard) else true;
-    if (!opened or !os.moveInto(old, old_mapping - guard, dest, mapping - guard)) {
+    if (!opened or !moveRange(segment, 0, old_mapping - guard, dest, mapping - guard)) {
         if (opened) if (header_guard) |at| closeGuard(old + at);
         _ = restore(segment);
         segment_mod.segment_map.remove(@ptrCast(dest));
@@ -538,7 +770,9 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     if (guard > 0) os.unmap(@alignCast(old + old_mapping - guard), guard);
     const base: [*]u8 = dest;
     const moved: *Segment = @ptrCast(dest);
-    moved.huge_mapping_bytes = mapping;
+    var pieces = piecesOf(moved);
+    pieces.setEnd(mapping);
+    setPieces(moved, pieces);
     resized(old_mapping, mapping);
     moved.pages[0].area = base + offset;
     assert(Segment.ofPtr(base + offset) == moved);
@@ -591,4 +825,82 @@ test "a freed huge mapping past the budget waits for the next huge block" {
     const tail = std.mem.alignBackward(usize, @intFromPtr(next.ptr) + next.len - tail_bytes, os.pageSize());
     const seen = os.residentPages(@ptrFromInt(tail), tail_bytes) orelse return error.SkipZigTest;
     try std.testing.expectEqual(seen.total, seen.resident);
+}
+
+/// A test's cached mapping of `len` bytes, each kernel page past the
+/// header stamped with `id` and its offset.
+fn testCachedMapping(cache: *Cache, len: usize, id: u64) !void {
+    const base = os.map(len, segment_size_bytes, 0) orelse return error.OutOfMemory;
+    if (!segment_mod.segment_map.add(@ptrCast(base))) {
+        os.unmap(base, len);
+        return error.OutOfMemory;
+    }
+    purge.touched(len);
+    writeCachedHeader(@ptrCast(base), .one(len));
+    var offset = headerPagesBytes();
+    while (offset < len) : (offset += os.pageSize()) {
+        std.mem.writeInt(u64, base[offset..][0..8], id << 32 | offset, .little);
+    }
+    cache.put(@ptrCast(base));
+}
+
+fn expectStamp(block: [*]const u8, at: usize, id: u64, offset: usize) !void {
+    try std.testing.expectEqual(id << 32 | offset, std.mem.readInt(u64, block[at..][0..8], .little));
+}
+
+test "a huge block larger than every cached mapping is built from the pages of several" {
+    // (Linux alone moves pages; the test places a mapping with its calls.)
+    if (!os.can_move or @import("builtin").os.tag != .linux) return error.SkipZigTest;
+    if (!cacheable(1)) return error.SkipZigTest;
+    const mib = 1024 * 1024;
+    const header = headerPagesBytes();
+    var cache: Cache = .{};
+    defer _ = cache.release(cache.bytes, null);
+    try testCachedMapping(&cache, 6 * mib, 0);
+    try testCachedMapping(&cache, 5 * mib, 1);
+    try testCachedMapping(&cache, 3 * mib, 2);
+    const footprint = purge.footprintBytes();
+
+    // None holds 13 MiB: the largest grows, and the growth is filled with
+    // the 5 MiB mapping's pages past its header (which has too little
+    // left to keep), then 2 MiB and a header's worth from the end of the
+    // 3 MiB one, which stays cached with the rest.
+    const a = cache.assemble(13 * mib) orelse return error.OutOfMemory;
+    const block: [*]u8 = @ptrCast(a.segment);
+    try std.testing.expectEqual(13 * mib, a.segment.huge_mapping_bytes);
+    try std.testing.expectEqual(13 * mib, a.reused);
+    try std.testing.expectEqual(3, piecesOf(a.segment).count);
+    try std.testing.expectEqual(1, cache.len);
+    try std.testing.expectEqual(mib - header, cache.bytes);
+    // Nothing was touched fresh; the header pages of the 5 MiB mapping
+    // went back.
+    try std.testing.expectEqual(footprint - header, purge.footprintBytes());
+    try expectStamp(block, header, 0, header);
+    try expectStamp(block, 6 * mib - os.pageSize(), 0, 6 * mib - os.pageSize());
+    try expectStamp(block, 6 * mib, 1, header);
+    try expectStamp(block, 11 * mib - header - os.pageSize(), 1, 5 * mib - os.pageSize());
+    try expectStamp(block, 11 * mib - header, 2, mib - header);
+    try expectStamp(block, 13 * mib - os.pageSize(), 2, 3 * mib - os.pageSize());
+
+    // Made of several mappings, it still grows, here moving piece by
+    // piece: a mapping placed right after it keeps it from growing in place.
+    const linux = std.os.linux;
+    const end = block + 13 * mib;
+    const blocker = linux.mmap(end, os.pageSize(), .{}, .{ .TYPE = .PRIVATE, .ANONYMOUS = true, .FIXED_NOREPLACE = true }, -1, 0);
+    defer if (linux.errno(blocker) == .SUCCESS) {
+        _ = linux.munmap(@ptrFromInt(blocker), os.pageSize());
+    };
+    const offset = blockOffset(1, 0);
+    _ = setHeader(a.segment, a.segment.huge_mapping_bytes, offset, 1);
+    const moved_block = remap(a.segment, 40 * mib - offset) orelse return error.OutOfMemory;
+    const moved: [*]u8 = moved_block - offset;
+    const segment = Segment.ofPtr(moved_block);
+    defer unmap(segment);
+    try std.testing.expectEqual(40 * mib, segment.huge_mapping_bytes);
+    try expectStamp(moved, header, 0, header);
+    try expectStamp(moved, 6 * mib, 1, header);
+    try expectStamp(moved, 11 * mib - header, 2, mib - header);
+    try expectStamp(moved, 13 * mib - os.pageSize(), 2, 3 * mib - os.pageSize());
+    try std.testing.expectEqual(0, std.mem.readInt(u64, moved[13 * mib ..][0..8], .little));
+    try std.testing.expectEqual(0, std.mem.readInt(u64, moved[40 * mib - 8 ..][0..8], .little));
 }

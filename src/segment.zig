@@ -201,6 +201,9 @@ pub const Segment = extern struct {
     huge_fresh: bool,
     /// The whole mapping asked for huge pages (kept while cached).
     huge_advised: bool,
+    /// The mapping is made of several kernel mappings, listed in
+    /// `huge_pieces`; else it is one (huge.zig).
+    huge_pieced: bool,
 
     // ---- Owner only (or the cache holding it) ----
     /// The owner's decay period (Heap.period_index) in which free memory
@@ -228,6 +231,10 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
+    /// Huge only, with `huge_pieced`: the kernel mappings the mapping is
+    /// made of (huge.zig). Past the page array, on the header's second
+    /// kernel page, which a mapping of one piece never touches.
+    huge_pieces: @import("huge.zig").Pieces,
 
     /// One bit per page that any thread may set: one word on 64-bit
     /// targets, two on 32-bit ones (which have no 64-bit atomics).
@@ -408,6 +415,7 @@ pub const Segment = extern struct {
         segment.huge_fresh = false;
         segment.huge_advised = false;
         segment.huge_alignment = 0;
+        segment.huge_pieced = false;
         segment.freed_period = 0;
         segment.resident_mask = 0;
         segment.guards_closed = 0;
