@@ -79,7 +79,13 @@ const split_min_bytes = 1024 * 1024;
 
 /// Kernel mappings (VMAs) one huge mapping may be made of: pieces of other
 /// cached mappings moved into it (Cache.donate) add to them.
-pub const piece_count_max = 8;
+pub const piece_count_max = 16;
+/// Kernel mappings that huge mappings of several pieces add, process-wide,
+/// at most: Linux allows a process 65,530 by default, and a mapping it
+/// refuses is out of memory for everything, not only for huge blocks.
+const pieces_extra_max = 4096;
+/// Pieces past the first of every huge mapping (`setPieces`, `unmap`).
+var pieces_extra: std.atomic.Value(usize) = .init(0);
 /// A cached mapping gives pages to another's block only in runs of at
 /// least this: a move costs a few system calls, which touching fewer
 /// fresh pages than this would not repay.
@@ -178,6 +184,10 @@ fn piecesOf(segment: *const Segment) Pieces {
 /// Records the pieces of a huge mapping, and so its length (the last end).
 fn setPieces(segment: *Segment, pieces: Pieces) void {
     pieces.assertValid();
+    const before = piecesOf(segment).count;
+    // Monotonic, here and in `unmap`: a bound on a count, ordering nothing.
+    if (pieces.count > before) _ = pieces_extra.fetchAdd(pieces.count - before, .monotonic);
+    if (pieces.count < before) _ = pieces_extra.fetchSub(before - pieces.count, .monotonic);
     segment.huge_mapping_bytes = pieces.bytes();
     segment.huge_pieced = pieces.count > 1;
     if (pieces.count > 1) segment.huge_pieces = pieces;
@@ -357,6 +367,8 @@ pub const Cache = struct {
             var donor_pieces = piecesOf(donor);
             const moved = donor_pieces.slice(from, donor_len);
             if (pieces.count + moved.count + 1 > piece_count_max) break;
+            // Monotonic: as in setPieces (a race overshoots by a few).
+            if (pieces_extra.load(.monotonic) + moved.count + 1 > pieces_extra_max) break;
             if (!moveRange(donor, from, donor_len, @alignCast(base + at + filled), take)) break;
             // Pages that asked for huge pages keep asking where they land;
             // a block that asked gets its new part asking too.
@@ -696,6 +708,9 @@ pub fn free(segment: *Segment) void {
 
 fn unmap(segment: *Segment) void {
     purge.untouched(segment.huge_mapping_bytes);
+    const extra = piecesOf(segment).count - 1;
+    // Monotonic: as in setPieces.
+    if (extra > 0) _ = pieces_extra.fetchSub(extra, .monotonic);
     segment_mod.segment_map.remove(segment);
     os.unmap(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes);
 }
@@ -860,6 +875,7 @@ test "a huge block larger than every cached mapping is built from the pages of s
     try testCachedMapping(&cache, 5 * mib, 1);
     try testCachedMapping(&cache, 3 * mib, 2);
     const footprint = purge.footprintBytes();
+    const extra = pieces_extra.load(.monotonic);
 
     // None holds 13 MiB: the largest grows, and the growth is filled with
     // the 5 MiB mapping's pages past its header (which has too little
@@ -870,6 +886,7 @@ test "a huge block larger than every cached mapping is built from the pages of s
     try std.testing.expectEqual(13 * mib, a.segment.huge_mapping_bytes);
     try std.testing.expectEqual(13 * mib, a.reused);
     try std.testing.expectEqual(3, piecesOf(a.segment).count);
+    try std.testing.expectEqual(extra + 2, pieces_extra.load(.monotonic));
     try std.testing.expectEqual(1, cache.len);
     try std.testing.expectEqual(mib - header, cache.bytes);
     // Nothing was touched fresh; the header pages of the 5 MiB mapping
@@ -895,12 +912,15 @@ test "a huge block larger than every cached mapping is built from the pages of s
     const moved_block = remap(a.segment, 40 * mib - offset) orelse return error.OutOfMemory;
     const moved: [*]u8 = moved_block - offset;
     const segment = Segment.ofPtr(moved_block);
-    defer unmap(segment);
+    errdefer unmap(segment);
     try std.testing.expectEqual(40 * mib, segment.huge_mapping_bytes);
+    try std.testing.expectEqual(3, piecesOf(segment).count);
     try expectStamp(moved, header, 0, header);
     try expectStamp(moved, 6 * mib, 1, header);
     try expectStamp(moved, 11 * mib - header, 2, mib - header);
     try expectStamp(moved, 13 * mib - os.pageSize(), 2, 3 * mib - os.pageSize());
     try std.testing.expectEqual(0, std.mem.readInt(u64, moved[13 * mib ..][0..8], .little));
     try std.testing.expectEqual(0, std.mem.readInt(u64, moved[40 * mib - 8 ..][0..8], .little));
+    unmap(segment);
+    try std.testing.expectEqual(extra, pieces_extra.load(.monotonic));
 }
