@@ -95,10 +95,11 @@ const donate_min_bytes = 256 * 1024;
 /// from its start, ascending, the last its length). A fresh mapping is
 /// one piece. Pages moved in from other cached mappings (Cache.donate)
 /// stay mappings of their own: Linux does not merge them with their new
-/// neighbours, and mremap grows or moves a range within one mapping only
-/// (before Linux 6.17), so the pieces move one by one (`moveRange`) and a
-/// mapping grows in place at its last piece. Recorded boundaries where the
-/// kernel did merge cost a system call each, nothing else.
+/// neighbours (seen on 6.18), mremap grows a range only within one
+/// mapping, and moves one only within one mapping on the kernels most
+/// systems run, so the pieces move one by one (`moveRange`) and a mapping
+/// grows in place at its last piece. A recorded boundary where the kernel
+/// did merge costs a system call, nothing else.
 pub const Pieces = extern struct {
     ends: [piece_count_max]usize = undefined,
     count: usize = 0,
