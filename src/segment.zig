@@ -232,8 +232,9 @@ pub const Segment = extern struct {
     /// (`setUpGuards`).
     guards_closed: u64,
     /// Huge only, with `huge_pieced`: the kernel mappings the mapping is
-    /// made of (huge.zig). Past the page array, on the header's second
-    /// kernel page, which a mapping of one piece never touches.
+    /// made of (huge.zig). Past the page array: with 4 KiB kernel pages it
+    /// lies on the header's second page, which a mapping of one piece
+    /// leaves untouched.
     huge_pieces: @import("huge.zig").Pieces,
 
     /// One bit per page that any thread may set: one word on 64-bit
