@@ -813,11 +813,16 @@ pub const Heap = struct {
     /// the pool with their memory (pool.zig) or are purged (`spares`), the
     /// rest goes to the OS. Changes no page or segment list but the spares,
     /// so it may run while any other is walked.
-    pub fn purgeTo(heap: *Heap, keep_bytes: usize, comptime which: enum { cold_only, cold_first }, comptime spares: Spares) void {
-        heap.purgeDown(keep_bytes, true, spares);
-        if (which == .cold_first) heap.purgeDown(keep_bytes, false, spares);
+    pub fn purgeTo(heap: *Heap, keep_bytes: usize, comptime which: Which, comptime spares: Spares) void {
+        heap.purgeDown(keep_bytes, true, true, spares);
+        if (which != .cold_only) heap.purgeDown(keep_bytes, false, which == .cold_first_but_warm_huge, spares);
         purge.changed(heap);
     }
+
+    /// Which free memory a purge may take: only memory freed in earlier
+    /// decay periods (cold), or that first and then the rest, or the rest
+    /// but for huge mappings cached in this period (rule 3 in purge.zig).
+    pub const Which = enum { cold_only, cold_first, cold_first_but_warm_huge };
 
     /// What a purge does with spare segments: give them to the pool with
     /// their memory (memory the program freed all at once, past the budget
@@ -825,8 +830,9 @@ pub const Heap = struct {
     /// them in place (memory found idle, or owed to other heaps).
     pub const Spares = enum { pool, purge };
 
-    fn purgeDown(heap: *Heap, keep_bytes: usize, cold_only: bool, comptime spares: Spares) void {
-        const before = if (cold_only) heap.period_index else null;
+    fn purgeDown(heap: *Heap, keep_bytes: usize, cold_only: bool, huge_cold_only: bool, comptime spares: Spares) void {
+        assert(huge_cold_only or !cold_only);
+        const before = if (huge_cold_only) heap.period_index else null;
         // Cached huge mappings first, then spares: they serve fewer requests
         // than free pages of segments in use, which come last.
         heap.dirty_bytes -= heap.huge_cache.release(heap.dirty_bytes -| keep_bytes, before);

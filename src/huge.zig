@@ -843,6 +843,34 @@ test "a freed huge mapping past the budget waits for the next huge block" {
     try std.testing.expectEqual(seen.total, seen.resident);
 }
 
+test "pressure leaves the huge mappings cached in the current period" {
+    if (!cacheable(1)) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    // Small enough to stay cached past the budget while they wait (rule 4).
+    const len = 3 * 1024 * 1024;
+    const cold = try gpa.alloc(u8, len);
+    const warm = try gpa.alloc(u8, len);
+    const heap = thread.current();
+    const cold_segment = Segment.ofPtr(cold.ptr);
+    const warm_segment = Segment.ofPtr(warm.ptr);
+    gpa.free(cold);
+    // A decay period ends between the two frees.
+    heap.period_index +%= 1;
+    gpa.free(warm);
+    const cached = struct {
+        fn has(cache: *const Cache, segment: *Segment) bool {
+            return std.mem.indexOfScalar(*Segment, cache.entries[0..cache.len], segment) != null;
+        }
+    };
+    // The budget may have taken them already: nothing to tell then.
+    if (!cached.has(&heap.huge_cache, cold_segment) or !cached.has(&heap.huge_cache, warm_segment)) return error.SkipZigTest;
+    // What other heaps' fresh memory asks of this heap: both mappings' worth.
+    const owed = cold_segment.huge_mapping_bytes + warm_segment.huge_mapping_bytes;
+    heap.purgeTo(heap.dirty_bytes -| owed, .cold_first_but_warm_huge, .purge);
+    try std.testing.expect(!cached.has(&heap.huge_cache, cold_segment));
+    try std.testing.expect(cached.has(&heap.huge_cache, warm_segment));
+}
+
 /// A test's cached mapping of `len` bytes, each kernel page past the
 /// header stamped with `id` and its offset.
 fn testCachedMapping(cache: *Cache, len: usize, id: u64) !void {

@@ -34,7 +34,12 @@
 //!    Below the peak, fresh memory raises no pressure: the process has been
 //!    that large moments ago, and purging the others' free memory would
 //!    only have them fault it in again (each purge then begot the next, as
-//!    threads working side by side took turns purging and touching).
+//!    threads working side by side took turns purging and touching). Huge
+//!    mappings a heap cached in the current period do not pay: they are
+//!    buffers its thread is replacing, which its next huge block takes
+//!    again, and purging them only moved the fresh touch from one heap to
+//!    the other (large_buffers, 2 threads: each heap's growths purged the
+//!    other's cache). They stay bounded by the budget and by decay.
 //! 4. Budget. The free memory of all heaps together stays below
 //!    `budgetBytes`, a share of what the process maps: past it, the heap
 //!    whose free memory grew gives back the excess at once. Except when
@@ -249,7 +254,11 @@ fn excessWaits(heap: *Heap, total: usize, budget: usize) bool {
     // its first arrays in place, or a huge block freed, ended the wait of
     // the 50 MiB its previous pass freed a moment before.
     if (heap.freeing or heap.budget_wait_own) return true;
-    return total <= budget *| budget_hard_factor and heap.huge_cache.bytes >= total - budget;
+    // The excess may lie in other heaps' waiting caches: this heap's part
+    // of it is at most its own free memory. (Asking for the whole excess
+    // had a heap whose every free byte was cached purge it all at once
+    // while the other heap's wait held 60 MiB: large_buffers, 2 threads.)
+    return total <= budget *| budget_hard_factor and heap.huge_cache.bytes >= @min(total - budget, heap.dirty_bytes);
 }
 
 /// The wait of rule 4 is over: what is still past the budget goes back.
@@ -353,10 +362,26 @@ fn payPressure(heap: *Heap) void {
     if (heap.dirty_bytes == 0) return;
     const total = @max(totalBytes(), heap.dirty_bytes);
     const share: usize = @intCast(@min(heap.dirty_bytes, @as(u128, owed) * heap.dirty_bytes / total));
-    if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first, .purge);
+    if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first_but_warm_huge, .purge);
 }
 
 test "the budget grows with the process" {
     try std.testing.expect(budgetBytes() >= budget_min_bytes);
     try std.testing.expect(budgetBytes() >= os.mappedBytes() >> budget_share_log2);
+}
+
+test "free memory past the budget waits when all of the heap's part lies in its huge cache" {
+    const mib = 1024 * 1024;
+    var heap: Heap = Heap.init_value;
+    // Every free byte of this heap is cached, 35 MiB; another heap's wait
+    // holds the rest of the 95 MiB free, past a budget of 49 MiB.
+    heap.dirty_bytes = 35 * mib;
+    heap.huge_cache.bytes = 35 * mib;
+    try std.testing.expect(excessWaits(&heap, 95 * mib, 49 * mib));
+    // A part in free pages purges at once.
+    heap.dirty_bytes = 40 * mib;
+    try std.testing.expect(!excessWaits(&heap, 95 * mib, 49 * mib));
+    // So does an excess past `budget_hard_factor` budgets.
+    heap.dirty_bytes = 35 * mib;
+    try std.testing.expect(!excessWaits(&heap, 49 * mib * budget_hard_factor + 1, 49 * mib));
 }
