@@ -407,14 +407,19 @@ def zig_std_dir(zig):
 
 
 def measure_section(key, workloads, allocators, runs, measure, start, failures):
-    """Runs every workload `runs` times for every allocator, interleaved
-    (A B C A B C ...) so that drift on a shared machine hits all alike;
+    """Runs every workload `runs` times for every allocator, interleaved,
+    each round starting one allocator later (A B C, B C A, C A B ...), so
+    that drift on a shared machine hits all alike, and so does whatever a
+    run leaves to the next (the first runs after another workload or
+    another allocator's run were slower: kennel's frontend-1t, always
+    first, spread over 1.46-1.93 s while later ones stayed near 1.5 s);
     returns the section's rows: {workload, section, allocator: median cell}."""
     rows = []
     for workload in workloads:
         measured = {a: [] for a in allocators}
         for k in range(1, runs + 1):
-            for a in allocators:
+            shift = (k - 1) % len(allocators)
+            for a in allocators[shift:] + allocators[:shift]:
                 try:
                     run = measure(workload, a)
                 except RuntimeError as e:
