@@ -699,7 +699,7 @@ def run_benchmarks(args, peers):
     command = ("make bench-secure" if args.secure else "make bench") + (" QUICK=1" if args.quick else "")
     if args.only or args.no_zig or args.no_c or args.no_preload or args.allocators or args.runs_given or args.scale_given:
         command = "bench/run.py " + " ".join(sys.argv[1:])
-    runs_note = f"{args.runs} interleaved runs per workload and allocator, scale {args.scale}" + (
+    runs_note = f"{args.runs} interleaved runs per workload and allocator (each round starting with the next), scale {args.scale}" + (
         f" (real programs {program_runs})" if programs else "")
     text = render(rows, allocators_by_section, command, elapsed, runs_note)
     print()
