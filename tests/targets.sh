@@ -75,7 +75,18 @@ done
 
 if wanted x86_64-windows; then
     if command -v wine >/dev/null 2>&1; then
+        # One wineserver for all the test binaries: each binary started its
+        # own, and one starting while the last was shutting down lost its
+        # connection ("wine client error: recvmsg: Connection reset by
+        # peer") and failed the run.
+        # (The prefix must exist for the server to start: on a fresh
+        # machine wine fills it at the first test binary.)
+        if command -v wineserver >/dev/null 2>&1; then
+            mkdir -p "${WINEPREFIX:-$HOME/.wine}"
+            WINEDEBUG=-all wineserver -p || true
+        fi
         WINEDEBUG=-all build_test x86_64-windows "x86_64-windows (wine)" -fwine
+        if command -v wineserver >/dev/null 2>&1; then wineserver -k || true; fi
     else
         skip x86_64-windows "wine is missing (apt-get install wine wine64)"
     fi
