@@ -43,7 +43,8 @@
 //! 4. Budget. The free memory of all heaps together stays below
 //!    `budgetBytes`, a share of what the process maps: past it, the heap
 //!    whose free memory grew gives back the excess at once. Except when
-//!    the excess lies in its cache of freed huge mappings: a program that
+//!    its part of the excess (at most its own free memory: the rest may
+//!    be other heaps' waits) lies in its cache of freed huge mappings: a program that
 //!    replaces a large buffer frees it and then allocates the next, and
 //!    the budget unmapped the freed mapping moments before the next one was
 //!    mapped and faulted in whole. That excess waits `budget_grace_ns` (to
