@@ -315,6 +315,9 @@ pub fn threadIsAlive(pid: Pid, tid: Tid) bool {
 pub fn ThreadExit(comptime onExit: fn (*anyopaque) void, comptime onForkChild: fn () void) type {
     if (!thread_exit_callback) return struct {
         pub fn register(_: *anyopaque) void {}
+        pub fn announces() bool {
+            return false;
+        }
     };
     return struct {
         const Key = backend.ExitKey(onExit, onForkChild);
@@ -327,6 +330,15 @@ pub fn ThreadExit(comptime onExit: fn (*anyopaque) void, comptime onForkChild: f
         pub fn register(value: *anyopaque) void {
             if (!ensureKey()) return;
             Key.set(key, value);
+        }
+
+        /// Whether threads that registered are told of at their end: the
+        /// key exists. (A thread that allocates again after its callback
+        /// ran may still end unannounced.)
+        pub fn announces() bool {
+            // Monotonic: a hint for how often to probe; a stale 0 or 1
+            // only probes more often.
+            return key_state.load(.monotonic) == 2;
         }
 
         fn ensureKey() bool {

@@ -168,5 +168,6 @@ test {
     _ = @import("purge.zig");
     _ = @import("pool.zig");
     _ = heap;
+    _ = thread;
     _ = @import("huge.zig");
 }
