@@ -128,8 +128,10 @@ pub const Heap = struct {
     /// page may be used again meanwhile).
     retained_bytes: usize,
     /// Remote frees until this thread next probes whether the owner of the
-    /// block it frees is still alive (thread.absorbIfOrphaned).
+    /// block it frees is still alive, and the count it restarts from
+    /// (thread.absorbIfOrphaned).
     remote_frees_until_probe: u32,
+    remote_frees_per_probe: u32,
     /// When the heap's thread gave it up (thread.zig), on os.nowNanoseconds.
     orphaned_ns: u64,
     /// Offset index for the next huge block (huge.zig).
@@ -177,6 +179,7 @@ pub const Heap = struct {
         .retained_classes = 0,
         .retained_bytes = 0,
         .remote_frees_until_probe = 0,
+        .remote_frees_per_probe = 0,
         .orphaned_ns = 0,
         .huge_color = 0,
         .random = 0,
