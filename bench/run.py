@@ -9,7 +9,8 @@ own process, several times with the allocators interleaved (A B C A B C
   `zig build bench`), against smp_allocator, glibc, mimalloc, jemalloc and
   tcmalloc, each peer called through the entry points a C program uses;
 - C workloads (bench/c/, built with gcc -O2), run under LD_PRELOAD for
-  kennel, mimalloc, jemalloc and tcmalloc, and plainly for glibc;
+  kennel, mimalloc, jemalloc and tcmalloc, and for glibc with the C library
+  itself preloaded;
 - real programs (python3, lua5.4, redis) under LD_PRELOAD the same way.
 
 For every run it records wall time, peak RSS, and from wait4's rusage the
@@ -228,10 +229,16 @@ def launch(cmd, env):
     return {**figures, "metrics": {}}
 
 
+# glibc's column preloads the C library itself: a program linked with
+# another allocator would otherwise run on that one (Debian's redis-server
+# links jemalloc, so its "glibc" runs were jemalloc's). For the others the
+# C library already answers malloc, and preloading it changes nothing.
+GLIBC_PRELOAD = "libc.so.6"
+
+
 def preload_env(allocator, libraries):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    if allocator != "glibc":
-        env["LD_PRELOAD"] = libraries[allocator]
+    env["LD_PRELOAD"] = GLIBC_PRELOAD if allocator == "glibc" else libraries[allocator]
     return env
 
 
@@ -389,10 +396,10 @@ SECTIONS = [
     ("mt", "Zig workloads, multi-threaded build", "Zig programs with each allocator built in (bench/workloads/)."),
     ("st", "Zig workloads, single-threaded build (-fsingle-threaded)", ""),
     ("c", "C workloads under LD_PRELOAD",
-     "C programs (bench/c/, built with gcc -O2) run with each allocator's library preloaded; glibc is the program without LD_PRELOAD."),
+     "C programs (bench/c/, built with gcc -O2) run with each allocator's library preloaded; glibc's column preloads the C library itself."),
     ("programs", "Real programs under LD_PRELOAD",
      "Wall time of the program (redis: of redis-benchmark against the server); peak RSS, system time and faults of the program "
-     "(redis: of the server). glibc is the program without LD_PRELOAD."),
+     "(redis: of the server). glibc's column preloads the C library itself (Debian's redis-server links jemalloc, which otherwise answers)."),
 ]
 
 
@@ -791,7 +798,7 @@ def c_pair_instructions(args, peers):
         allocators = [a for a in PRELOAD_ALLOCATORS if a == "glibc" or a in libraries]
     options = [f"--toggle-collect={f}" for f in C_PAIR_ENTRY_POINTS]
     n = 20000
-    lines = ["From C, malloc+free for the allocator alone (bench/c/instr_pair.c under LD_PRELOAD, glibc plain: a ring of 64 live "
+    lines = ["From C, malloc+free for the allocator alone (bench/c/instr_pair.c under LD_PRELOAD, glibc with the C library preloaded: a ring of 64 live "
              "blocks, each step frees the oldest and mallocs 16 B-1 KiB; callgrind counts only inside malloc and free, not the "
              "program's loop):", "", "| allocator | instructions per malloc+free pair |", "| --- | --- |"]
     for a in allocators:
