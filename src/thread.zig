@@ -831,6 +831,7 @@ test "remote frees probe a live owner less and less often, a dead one's finder a
     // again from the least.
     var dead: Owner_ = .{};
     const d = try std.Thread.spawn(.{}, Owner_.run, .{&dead});
+    // Acquire and release: as for the first owner above.
     while (dead.ready.load(.acquire) == 0) std.atomic.spinLoopHint();
     dead.release.store(1, .release);
     d.join();
