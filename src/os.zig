@@ -505,8 +505,19 @@ test "the clock moves forward" {
     if (builtin.os.tag != .freestanding) try testing.expect(a > 0);
 }
 
-/// Probes of an ended thread before the test gives up on its reaping.
+/// Probes of an ended thread before a test gives up on its reaping.
 const reap_probes_max = 1_000_000;
+
+/// Tests: waits until the system has reaped joined thread `tid` (join may
+/// return a moment before), so that a probe says it is gone.
+pub fn expectThreadReaped(tid: Tid) !void {
+    assert(can_probe_threads);
+    var probes: usize = 0;
+    while (threadIsAlive(currentPid(), tid)) : (probes += 1) {
+        if (probes == reap_probes_max) return error.TestThreadStillAlive;
+        yieldThread();
+    }
+}
 
 const Identity = struct {
     tid: Tid = 0,
@@ -533,11 +544,7 @@ test "thread identity across threads, and the liveness probe" {
     // Joined: the thread is gone, and a probe says so where there is one,
     // once the system has reaped it (join may return a moment before).
     if (!can_probe_threads) return;
-    var probes: usize = 0;
-    while (threadIsAlive(currentPid(), identity.tid)) : (probes += 1) {
-        if (probes == reap_probes_max) return error.TestThreadStillAlive;
-        yieldThread();
-    }
+    try expectThreadReaped(identity.tid);
 }
 
 const ExitCount = struct {

@@ -835,20 +835,12 @@ test "remote frees probe a live owner less and less often, a dead one's finder a
     while (dead.ready.load(.acquire) == 0) std.atomic.spinLoopHint();
     dead.release.store(1, .release);
     d.join();
-    // The kernel may reap the thread's id a moment after join returns.
     // Acquire: as in absorbIfOrphaned.
     const dead_heap = Segment.ofPtr(dead.blocks[0].ptr).owner.load(.acquire).?;
-    const dead_tid = ownerTid(dead_heap, loadOwner(dead_heap));
-    for (0..reap_waits_max) |_| {
-        if (!os.threadIsAlive(os.currentPid(), dead_tid)) break;
-        os.yieldThread();
-    } else return error.TestThreadStillAlive;
+    try os.expectThreadReaped(ownerTid(dead_heap, loadOwner(dead_heap)));
     heap.remote_frees_per_probe = remote_frees_per_probe_max;
     heap.remote_frees_until_probe = 0;
     gpa.free(dead.blocks[0]);
     try std.testing.expectEqual(@as(u32, remote_frees_per_probe_min), heap.remote_frees_until_probe);
     gpa.free(dead.blocks[1]);
 }
-
-/// Yields a test waits at most for the kernel to reap an ended thread.
-const reap_waits_max = 1_000_000;
