@@ -208,6 +208,10 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         .{ .name = "kennel-quarantine", .allocator = "kennel", .features = .{ .quarantine = true }, .enabled = with_hardening },
         .{ .name = "kennel-guard-freed-large", .allocator = "kennel", .features = .{ .guard_freed_large = true }, .enabled = with_hardening },
         .{ .name = "kennel-fill-freed", .allocator = "kennel", .features = .{ .fill_freed = true }, .enabled = with_hardening },
+        // kennel in a Zig program that links libc: threads are pthreads
+        // (glibc caches their stacks) and heaps are handed over by the
+        // thread-exit callback instead of liveness probes.
+        .{ .name = "kennel-libc", .allocator = "kennel", .link_libc = true },
         .{ .name = "smp", .allocator = "smp" },
         .{ .name = "glibc", .allocator = "glibc", .link_libc = true },
         .{ .name = "mimalloc", .allocator = "mimalloc", .link_libc = true, .library = mimalloc_lib, .enabled = mimalloc_lib != null },
