@@ -272,6 +272,13 @@ pub fn nowNanoseconds() u64 {
     return backend.nowNanoseconds();
 }
 
+/// `now_ns` in milliseconds, wrapping (every 49 days), for clocks kept in
+/// an atomic word: 32-bit targets have no 64-bit atomics. Compare two
+/// readings by their wrapping difference.
+pub fn clockMs(now_ns: u64) u32 {
+    return @truncate(now_ns / std.time.ns_per_ms);
+}
+
 /// A word of random bits from the system, or null if it has none to give
 /// (Linux early at boot, wasm32-freestanding).
 pub fn randomWord() ?usize {

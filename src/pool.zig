@@ -70,13 +70,8 @@ var pooled: std.atomic.Value(usize) = .init(0);
 var resident_bytes: std.atomic.Value(usize) = .init(0);
 /// When a heap last took a segment, or resident memory came to a pool that
 /// had none: the pool's resident memory goes back `resident_keep_ns` after
-/// it (`decay`). In milliseconds, wrapping (`clockMs`): 32-bit targets have
-/// no 64-bit atomics.
+/// it (`decay`). In milliseconds, wrapping (`os.clockMs`).
 var used_ms: std.atomic.Value(u32) = .init(0);
-
-fn clockMs(now_ns: u64) u32 {
-    return @truncate(now_ns / std.time.ns_per_ms);
-}
 /// 0: free; else the process id of the thread that holds it.
 var lock_word: std.atomic.Value(os.Pid) = .init(0);
 
@@ -98,7 +93,7 @@ pub fn put(segment: *Segment) bool {
     // receives keeps none for longer).
     if (resident > 0 and residentBytes() == 0) {
         // Monotonic: a policy clock.
-        used_ms.store(clockMs(os.nowNanoseconds()), .monotonic);
+        used_ms.store(os.clockMs(os.nowNanoseconds()), .monotonic);
     }
     lock();
     defer unlock();
@@ -123,7 +118,7 @@ pub fn put(segment: *Segment) bool {
 pub fn take(comptime which: Which) ?*Segment {
     const segment = takeAny(which) orelse return null;
     // Monotonic: a policy clock (see `decay`).
-    used_ms.store(clockMs(os.nowNanoseconds()), .monotonic);
+    used_ms.store(os.clockMs(os.nowNanoseconds()), .monotonic);
     return segment;
 }
 
@@ -185,7 +180,7 @@ pub fn purgeResident(bytes: usize) void {
 pub fn decay(now_ns: u64) void {
     if (residentBytes() == 0) return;
     // Monotonic: as in `take`.
-    if (clockMs(now_ns) -% used_ms.load(.monotonic) < resident_keep_ns / std.time.ns_per_ms) return;
+    if (os.clockMs(now_ns) -% used_ms.load(.monotonic) < resident_keep_ns / std.time.ns_per_ms) return;
     purgeResident(std.math.maxInt(usize));
 }
 

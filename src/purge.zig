@@ -162,8 +162,10 @@ var pressure_bytes: std.atomic.Value(usize) = .init(0);
 /// unmapped, a huge mapping made, resized or unmapped.
 var footprint_bytes: std.atomic.Value(usize) = .init(0);
 /// The footprint's recent peak: the largest footprint, lowered halfway
-/// towards the footprint at the end of every decay period (`decayIfDue`).
+/// towards the footprint once per decay period of the process (`lowerPeak`).
 var footprint_peak_bytes: std.atomic.Value(usize) = .init(0);
+/// When the peak was last lowered, in milliseconds (`os.clockMs`).
+var peak_lowered_ms: std.atomic.Value(u32) = .init(0);
 
 /// `bytes` of memory became resident.
 pub fn touched(bytes: usize) void {
@@ -194,10 +196,22 @@ fn abovePeak(bytes: usize) usize {
     return @min(bytes, after -| footprint_peak_bytes.load(.monotonic));
 }
 
-/// A decay period ended: the peak forgets half of its distance to the
-/// footprint, so that a program that shrank is held to its new size within
-/// a few periods.
-fn lowerPeak() void {
+/// A heap's decay period ended: unless the peak was lowered less than a
+/// period ago, it forgets half of its distance to the footprint, so that a
+/// program that shrank is held to its new size within a few periods. Once
+/// per period of the process, not of each heap: with many threads each
+/// ending its heap's periods in turn, the peak followed the footprint down
+/// within milliseconds, and fresh touches well below the real recent peak
+/// raised pressure (thread-churn, 16 threads on 16 cores, one run each:
+/// pressure purged 133 MiB in 2,122 calls, 75 MiB in 1,198 with this, for
+/// a peak RSS of 7 to 9 MiB; time and faults within noise).
+fn lowerPeak(now_ns: u64) void {
+    const now_ms = os.clockMs(now_ns);
+    // Monotonic, both: a policy clock that orders nothing; the swap makes
+    // one heap of those that race here lower the peak.
+    const last_ms = peak_lowered_ms.load(.monotonic);
+    if (now_ms -% last_ms < decay_period_ns / std.time.ns_per_ms) return;
+    if (peak_lowered_ms.cmpxchgStrong(last_ms, now_ms, .monotonic, .monotonic) != null) return;
     const now = footprint_bytes.load(.monotonic);
     const peak = footprint_peak_bytes.load(.monotonic);
     if (peak > now) footprint_peak_bytes.store(now + (peak - now) / 2, .monotonic);
@@ -326,7 +340,7 @@ pub fn decayIfDue(heap: *Heap) void {
     if (returned > 0 and !heap.budget_wait_own) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);
     heap.decay_due_ns = 0;
     heap.period_index +%= 1;
-    lowerPeak();
+    lowerPeak(now);
     pool.decay(now);
     schedule(heap);
 }
@@ -364,6 +378,29 @@ fn payPressure(heap: *Heap) void {
     const total = @max(totalBytes(), heap.dirty_bytes);
     const share: usize = @intCast(@min(heap.dirty_bytes, @as(u128, owed) * heap.dirty_bytes / total));
     if (share > 0) heap.purgeTo(heap.dirty_bytes - share, .cold_first_but_warm_huge, .purge);
+}
+
+test "the footprint's peak is lowered once per decay period, however many heaps end one" {
+    // No allocation below, so the footprint stays put; the policy's own
+    // figures are restored for the tests after this one.
+    const saved_peak = footprint_peak_bytes.load(.monotonic);
+    const saved_ms = peak_lowered_ms.load(.monotonic);
+    defer {
+        footprint_peak_bytes.store(saved_peak, .monotonic);
+        peak_lowered_ms.store(saved_ms, .monotonic);
+    }
+    const footprint = footprintBytes();
+    const above_bytes = 64 * 1024 * 1024;
+    const start_ns: u64 = 3600 * std.time.ns_per_s;
+    peak_lowered_ms.store(os.clockMs(start_ns - 2 * decay_period_ns), .monotonic);
+    footprint_peak_bytes.store(footprint + above_bytes, .monotonic);
+    lowerPeak(start_ns);
+    try std.testing.expectEqual(footprint + above_bytes / 2, footprint_peak_bytes.load(.monotonic));
+    // 32 more heaps end their periods within this one.
+    for (1..33) |heap_index| lowerPeak(start_ns + heap_index * std.time.ns_per_ms);
+    try std.testing.expectEqual(footprint + above_bytes / 2, footprint_peak_bytes.load(.monotonic));
+    lowerPeak(start_ns + decay_period_ns);
+    try std.testing.expectEqual(footprint + above_bytes / 4, footprint_peak_bytes.load(.monotonic));
 }
 
 test "the budget grows with the process" {
