@@ -398,9 +398,9 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
     const hardened_fast = cLibraries(b, target, .fast, Features.secure, "kennel-secure");
     const Program = struct { name: []const u8, library: *std.Build.Step.Compile, args: []const []const u8 = &.{} };
     const programs = [_]Program{
-        .{ .name = "conformance", .library = checked.shared },
-        .{ .name = "conformance", .library = checked.static },
-        .{ .name = "conformance", .library = hardened.shared },
+        .{ .name = "conformance", .library = checked.shared, .args = &.{"fast"} },
+        .{ .name = "conformance", .library = checked.static, .args = &.{"fast"} },
+        .{ .name = "conformance", .library = hardened.shared, .args = &.{"secure"} },
         .{ .name = "stress", .library = checked.shared },
         .{ .name = "stress", .library = hardened.shared },
         .{ .name = "faults", .library = checked.shared, .args = &.{"fast"} },

@@ -136,6 +136,12 @@ pub const Heap = struct {
     orphaned_ns: u64,
     /// Offset index for the next huge block (huge.zig).
     huge_color: u32,
+    /// The large page `installPage` set up last, and the end (an address)
+    /// of the memory in it that may hold old contents (Segment.touchedEnd):
+    /// past it the page's slices were never touched or were purged since,
+    /// so they read as zeroes and `allocZeroed` clears only up to it.
+    fresh_page: if (knows_zeroes) ?*Page else void,
+    fresh_dirty_end: if (knows_zeroes) usize else void,
     /// Generator state for random block order and the quarantine
     /// (hardened; never 0 there).
     random: u64,
@@ -182,6 +188,8 @@ pub const Heap = struct {
         .remote_frees_per_probe = 0,
         .orphaned_ns = 0,
         .huge_color = 0,
+        .fresh_page = if (knows_zeroes) null else {},
+        .fresh_dirty_end = if (knows_zeroes) 0 else {},
         .random = 0,
         .quarantine = .{},
         .requested_bytes = 0,
@@ -286,13 +294,34 @@ pub const Heap = struct {
         free(ptr);
     }
 
+    /// Whether a large page's memory past what its slices held before reads
+    /// as zeroes (`fresh_page`): where purged memory reads back as zeroes,
+    /// and nothing but the program writes into blocks (no hardening, fill
+    /// or valgrind, whose writes and checks the plain clearing serves).
+    const knows_zeroes = os.purge_zeroes and !config.secure and !config.fill_freed_available and !config.valgrind;
+
     /// Like `alloc`, with the first `len` bytes zero. Fresh huge mappings are
-    /// zero already, so only reused memory is cleared.
+    /// zero already, and so is the part of a large block set up on slices
+    /// never touched or purged since: only memory that may have been used
+    /// is cleared, so a large `calloc` the program fills sparsely stays as
+    /// small in RSS as with an allocator that maps it afresh.
     pub fn allocZeroed(len: usize, alignment: usize) ?[*]u8 {
         if (len > size_class.block_size_max_bytes and alignment <= segment_mod.block_align_max_bytes) {
             const current = thread.current();
             const heap = if (current == &empty) thread.initCurrent() orelse return null else current;
             return huge.allocZeroed(heap, len, alignment);
+        }
+        if (knows_zeroes and len > segment_mod.medium_block_max_bytes) {
+            const current = thread.current();
+            const heap = if (current == &empty) thread.initCurrent() orelse return null else current;
+            heap.fresh_page = null;
+            const ptr = alloc(len, alignment) orelse return null;
+            const page = Segment.ofPtr(ptr).pageOf(ptr);
+            // The page's free-list link sat in the block's first words.
+            const dirty_end = if (heap.fresh_page == page) @max(heap.fresh_dirty_end, @intFromPtr(page.area) + 2 * size_class.word_bytes) else @intFromPtr(ptr) + len;
+            heap.fresh_page = null;
+            @memset(ptr[0..@min(len, dirty_end -| @intFromPtr(ptr))], 0);
+            return ptr;
         }
         const ptr = alloc(len, alignment) orelse return null;
         @memset(ptr[0..len], 0);
@@ -428,6 +457,11 @@ pub const Heap = struct {
         // Hardened: no block of the page is live or was handed out (see
         // Segment.live_map_bytes).
         if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
+        if (knows_zeroes and segment_mod.Kind.ofClass(class) == .large) {
+            // Before extendPage marks the block touched (see allocZeroed).
+            heap.fresh_page = page;
+            heap.fresh_dirty_end = segment.touchedEnd(page.index, page.index + slices - 1);
+        }
         heap.extendPage(page);
         if (segment_mod.Kind.ofClass(class) == .large) segment.purgePageTail(page);
         heap.queuePushFront(page);

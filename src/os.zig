@@ -28,8 +28,10 @@
 //!   pages fault until committed again (`commit`); elsewhere purged memory
 //!   stays accessible.
 //! - `purge_zeroes`: whether purged memory reads back as zeroes (Linux,
-//!   Windows). Nothing in kennel relies on it; the tests check it where the
-//!   system promises it.
+//!   Windows; elsewhere `madvise(MADV_FREE)` may leave the old contents, and
+//!   wasm cannot purge). Where it holds, `calloc` of a large block clears
+//!   only the memory its slices held before (Heap.allocZeroed); the tests
+//!   check it where the system promises it.
 //! - `thread_exit_callback`: whether the system calls back when a thread
 //!   ends (a pthread key destructor where libc is linked, an FLS callback
 //!   on Windows); `can_probe_threads`: whether a thread id can be checked

@@ -740,6 +740,25 @@ pub const Segment = extern struct {
         return sum;
     }
 
+    /// The end (an address) of the memory in slices `first` to `last` that
+    /// may hold old contents: the touched prefix of the highest of them
+    /// touched since it was last purged (`slice_touched`), or the start of
+    /// `first` if none was. Past it the slices hold what the system gave:
+    /// zeroes, where purged memory reads back as zeroes (os.purge_zeroes).
+    /// Owner only.
+    pub fn touchedEnd(segment: *const Segment, first: usize, last: usize) usize {
+        assert(first <= last and last < slice_count);
+        const base = @intFromPtr(segment);
+        // Bounded: one step per slice, highest first.
+        var i = last + 1;
+        while (i > first) {
+            i -= 1;
+            const units: usize = segment.slice_touched[i];
+            if (units > 0) return base + (i << slice_shift) + units * touch_unit_bytes;
+        }
+        return base + (first << slice_shift);
+    }
+
     /// Notes that `page` has been touched up to its capacity. Returns the
     /// bytes of it touched for the first time since the slices were purged
     /// (footprint bytes, counted by purge.touched).

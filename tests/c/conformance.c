@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kennel.h"
@@ -131,6 +132,52 @@ static void test_calloc(void) {
     void *z = calloc(0, 5);
     CHECK(z != NULL);
     free(z);
+}
+
+/* Bytes of [p, p + n) that are resident (mincore). */
+static size_t resident_bytes_of(const void *p, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    size_t pages = ((uintptr_t)p + n - start + page - 1) / page;
+    static unsigned char vec[(1 << 20) / 4096 + 2];
+    CHECK(pages <= sizeof vec);
+    CHECK(mincore((void *)start, pages * page, vec) == 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
+    return resident * page;
+}
+
+/* The fast library: a large calloc that the program touches sparsely
+   costs what it touches. Memory never used (or purged since) is zero
+   already and is not cleared; memory that was used is. (The hardened
+   library clears every block, and checks it on reuse.) */
+static void test_calloc_sparse(void) {
+    enum { count = 32, size = 1 << 20, stride = 4096 };
+    static unsigned char *blocks[count];
+    /* Free memory left by the tests before goes back (all but 1 MiB). */
+    kn_release_thread_memory();
+    size_t resident = 0;
+    for (int i = 0; i < count; i++) {
+        blocks[i] = calloc(1, size);
+        CHECK(blocks[i] != NULL);
+        blocks[i][0] = 1;
+        blocks[i][size - 1] = 1;
+        resident += resident_bytes_of(blocks[i], size);
+    }
+    CHECK(resident < (size_t)count * size / 4);
+    for (int i = 0; i < count; i++) {
+        for (size_t j = 1; j < size - 1; j++) CHECK(blocks[i][j] == 0);
+        /* Dirty the whole block, so the next calloc of its memory must clear it. */
+        memset(blocks[i], 0xa5, size);
+        free(blocks[i]);
+    }
+    for (int i = 0; i < count; i++) {
+        size_t n = size - (size_t)(i % 5) * stride;
+        blocks[i] = calloc(1, n);
+        CHECK(blocks[i] != NULL);
+        for (size_t j = 0; j < n; j++) CHECK(blocks[i][j] == 0);
+    }
+    for (int i = 0; i < count; i++) free(blocks[i]);
 }
 
 static void test_realloc(void) {
@@ -269,10 +316,12 @@ static void test_served_by_kennel(void) {
     kn_release_thread_memory();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    CHECK(argc == 2 && (strcmp(argv[1], "fast") == 0 || strcmp(argv[1], "secure") == 0));
     test_malloc_free();
     test_out_of_memory();
     test_calloc();
+    if (strcmp(argv[1], "fast") == 0) test_calloc_sparse();
     test_realloc();
     test_alignment();
     test_sized_and_prefixed();
