@@ -38,7 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as driver  # noqa: E402  (parse_launch, geomean, machine_description)
 
 ZIG_WORKLOADS = ["symmetric", "asymmetric", "mpsc", "larson", "xmalloc", "cache-scratch", "thread-churn", "frontend"]
-ZIG_ALLOCATORS = ["kennel", "smp", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
+# kennel-libc: kennel in a program linked with libc, as the peers' are
+# (pthreads with cached stacks, thread-exit callbacks); kennel's own binary
+# has no libc, and Zig's threads then map a stack for every thread.
+ZIG_ALLOCATORS = ["kennel", "kennel-libc", "smp", "glibc", "mimalloc", "jemalloc", "tcmalloc"]
 C_WORKLOADS = ["batch_free", "mstress", "realloc_growth"]
 # Workloads whose thread count is fixed (--threads is ignored).
 FIXED_THREADS = {"asymmetric", "mpsc"}

@@ -33,6 +33,13 @@ skip() {
     fi
 }
 
+# Each target installs what it builds (the C library, the example) under
+# a prefix of its own: in zig-out itself, a foreign libkennel.so took the
+# native one's place, and LD_PRELOAD of it after `make test` failed.
+prefix() {
+    echo "zig-out/targets/$1"
+}
+
 # build_test TARGET LABEL ARGS...: zig build test for TARGET.
 build_test() {
     target=$1
@@ -40,7 +47,7 @@ build_test() {
     shift 2
     echo "targets: === $label"
     start=$(date +%s)
-    if "$ZIG" build test -Dtarget="$target" --summary line "$@"; then
+    if "$ZIG" build test -Dtarget="$target" --prefix "$(prefix "$target")" --summary line "$@"; then
         echo "targets: ok $label ($(($(date +%s) - start)) s)"
     else
         echo "targets: FAIL $label"
@@ -111,7 +118,7 @@ fi
 for target in aarch64-macos x86_64-macos x86_64-freebsd wasm32-freestanding; do
     wanted "$target" || continue
     echo "targets: === $target (build only)"
-    if "$ZIG" build test-build -Dtarget="$target" --summary line; then
+    if "$ZIG" build test-build -Dtarget="$target" --prefix "$(prefix "$target")" --summary line; then
         echo "targets: ok $target (built)"
     else
         echo "targets: FAIL $target"
