@@ -129,6 +129,10 @@ void *kn_pvalloc(size_t size);
 size_t kn_malloc_usable_size(void *ptr);
 void kn_free_sized(void *ptr, size_t size);
 void kn_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+/* glibc's malloc_trim: the calling thread's free memory goes back to the OS,
+   all but `pad` bytes, with the empty segments pooled for reuse; other
+   threads' heaps give theirs back as they run. 1 if any memory went back. */
+int kn_malloc_trim(size_t pad);
 
 /* Size classes: kn_stats reports each. */
 #define KN_CLASS_COUNT 128

@@ -28,6 +28,7 @@ const size_class = @import("size_class.zig");
 const purge = @import("purge.zig");
 const cxx = @import("cxx.zig");
 const quarantine = @import("quarantine.zig");
+const pool = @import("pool.zig");
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -65,6 +66,7 @@ comptime {
     exportBoth("malloc_usable_size", &malloc_usable_size);
     exportBoth("free_sized", &free_sized);
     exportBoth("free_aligned_sized", &free_aligned_sized);
+    exportBoth("malloc_trim", &malloc_trim);
     @export(&kn_stats, .{ .name = "kn_stats" });
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });
@@ -292,6 +294,19 @@ fn writeStream(stream: *anyopaque, bytes: []const u8) void {
 
 fn writeStderr(_: void, bytes: []const u8) void {
     os.backend.writeStderr(bytes);
+}
+
+/// glibc's malloc_trim: the calling thread's free memory goes back to the
+/// OS, all but `pad` bytes, and so does the resident memory of the segments
+/// pooled for reuse. Other threads' heaps are theirs alone to purge (their
+/// free memory decays as they run). 1 if any memory went back, else 0.
+fn malloc_trim(pad: usize) callconv(.c) c_int {
+    const heap = thread.current();
+    const pooled = pool.residentBytes();
+    pool.purgeResident(std.math.maxInt(usize));
+    const from_pool = pooled -| pool.residentBytes();
+    const from_heap = if (heap == &Heap.empty) 0 else heap.trim(pad);
+    return @intFromBool(from_pool + from_heap > 0);
 }
 
 fn kn_release_thread_memory() callconv(.c) void {

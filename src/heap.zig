@@ -981,14 +981,31 @@ pub const Heap = struct {
     /// resident saves the next thread that takes the heap from faulting it
     /// all in again.
     pub fn releaseUnused(heap: *Heap) void {
-        heap.processNotices();
-        heap.releaseRetained();
-        for (&heap.queues) |*queue| heap.collectQueue(queue);
-        heap.collectQueue(&heap.full);
+        heap.collectFreePages();
         heap.purgeTo(purge.keep_bytes, .cold_first, .pool);
         heap.decay_due_ns = 0;
         heap.budget_due_ns = 0;
         heap.budget_wait_own = false;
+    }
+
+    /// malloc_trim: the heap's free memory goes back to the OS down to
+    /// `keep_bytes`, its empty pages, spare segments and cached huge
+    /// mappings included, and the thread keeps its heap. Returns the bytes
+    /// of free memory that went back.
+    pub fn trim(heap: *Heap, keep_bytes: usize) usize {
+        heap.collectFreePages();
+        const before = heap.dirty_bytes;
+        heap.purgeTo(keep_bytes, .cold_first, .purge);
+        return before -| heap.dirty_bytes;
+    }
+
+    /// Collects remote frees and frees every page that is entirely free,
+    /// those kept as their class's only page included.
+    fn collectFreePages(heap: *Heap) void {
+        heap.processNotices();
+        heap.releaseRetained();
+        for (&heap.queues) |*queue| heap.collectQueue(queue);
+        heap.collectQueue(&heap.full);
     }
 
     /// Frees the entirely free pages of `queue`.

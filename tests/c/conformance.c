@@ -141,7 +141,11 @@ static size_t resident_bytes_of(const void *p, size_t n) {
     size_t pages = ((uintptr_t)p + n - start + page - 1) / page;
     static unsigned char vec[(1 << 20) / 4096 + 2];
     CHECK(pages <= sizeof vec);
-    CHECK(mincore((void *)start, pages * page, vec) == 0);
+    /* Memory unmapped since is not resident. */
+    if (mincore((void *)start, pages * page, vec) != 0) {
+        CHECK(errno == ENOMEM);
+        return 0;
+    }
     size_t resident = 0;
     for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
     return resident * page;
@@ -178,6 +182,27 @@ static void test_calloc_sparse(void) {
         for (size_t j = 0; j < n; j++) CHECK(blocks[i][j] == 0);
     }
     for (int i = 0; i < count; i++) free(blocks[i]);
+}
+
+/* malloc_trim gives the calling thread's free memory back: blocks written
+   whole and freed are no longer resident after it, and a second call finds
+   nothing to give back (the fast library; the hardened one keeps freed
+   blocks in a quarantine first). */
+static void test_malloc_trim(int fast) {
+    enum { count = 64, size = 256 << 10 };
+    static unsigned char *blocks[count];
+    for (int i = 0; i < count; i++) {
+        blocks[i] = malloc(size);
+        CHECK(blocks[i] != NULL);
+        memset(blocks[i], 0x5a, size);
+    }
+    for (int i = 0; i < count; i++) free(blocks[i]);
+    CHECK(malloc_trim(0) == 1);
+    size_t resident = 0;
+    for (int i = 0; i < count; i++) resident += resident_bytes_of(blocks[i], size);
+    CHECK(resident < (size_t)count * size / 4);
+    if (fast) CHECK(malloc_trim(0) == 0);
+    CHECK(kn_malloc_trim(0) == 0 || !fast);
 }
 
 static void test_realloc(void) {
@@ -321,7 +346,9 @@ int main(int argc, char **argv) {
     test_malloc_free();
     test_out_of_memory();
     test_calloc();
-    if (strcmp(argv[1], "fast") == 0) test_calloc_sparse();
+    int fast = strcmp(argv[1], "fast") == 0;
+    if (fast) test_calloc_sparse();
+    test_malloc_trim(fast);
     test_realloc();
     test_alignment();
     test_sized_and_prefixed();
