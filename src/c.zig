@@ -103,21 +103,27 @@ noinline fn mallocSlow(size: usize) ?*anyopaque {
     return ptr;
 }
 
-/// The fast library checks a pointer into the segment its thread freed
-/// into last, and pushes the block, in one pass (check.freeableInOwn);
-/// everything else, faults included, goes to `freeGeneric`.
 fn free(ptr: ?*anyopaque) callconv(.c) void {
-    if (!config.fused_free) return freeGeneric(ptr);
+    release(ptr, "free");
+}
+
+/// free, and C++'s operator delete (cxx.zig), whose faults name
+/// `function`. The fast library checks a pointer into the segment its
+/// thread freed into last, and pushes the block, in one pass
+/// (check.freeableInOwn); everything else, faults included, goes to
+/// `releaseGeneric`.
+pub inline fn release(ptr: ?*anyopaque, comptime function: []const u8) void {
+    if (!config.fused_free) return releaseGeneric(ptr, function);
     const heap = thread.current();
-    const f = check.freeableInOwn(heap.free_segment, ptr) orelse return freeGeneric(ptr);
+    const f = check.freeableInOwn(heap.free_segment, ptr) orelse return releaseGeneric(ptr, function);
     check.markFreedFast(f);
     heap.freeUnflagged(f.page, @ptrCast(f.block));
 }
 
-noinline fn freeGeneric(ptr: ?*anyopaque) void {
+noinline fn releaseGeneric(ptr: ?*anyopaque, comptime function: []const u8) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
-    if (config.hardening.zero_size and secure.isZeroSize(p)) return releaseZeroSize(p, "free");
-    check.beforeFree(p, null, "free");
+    if (config.hardening.zero_size and secure.isZeroSize(p)) return releaseZeroSize(p, function);
+    check.beforeFree(p, null, function);
     if (config.fused_free) {
         Heap.freeRemembering(p);
     } else if (config.hardening.quarantine) {

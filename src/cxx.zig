@@ -34,8 +34,9 @@
 //! a throwing form that fails aborts with one line naming the size, and a
 //! nothrow form returns null.
 //!
-//! Deletes validate their pointer as free() does (check.zig), so an invalid
-//! or double delete aborts with one line naming the pointer. kennel finds a
+//! Deletes are free() (c.release): the same checks, so an invalid or
+//! double delete aborts with one line naming the pointer, and in the fast
+//! library the same one-pass check and push. kennel finds a
 //! block's size and alignment from its page, and has no use for the size
 //! and alignment that sized and aligned deletes pass: they forward to the
 //! unsized forms, as the standard's default behaviour says.
@@ -44,7 +45,7 @@ const Heap = @import("heap.zig").Heap;
 const check = @import("check.zig");
 const os = @import("os.zig");
 const config = @import("config.zig");
-const quarantine = @import("quarantine.zig");
+const c = @import("c.zig");
 
 /// __STDCPP_DEFAULT_NEW_ALIGNMENT__ on x86_64 and aarch64 Linux: what
 /// operator new(size) guarantees, and the least any form hands out.
@@ -117,10 +118,9 @@ inline fn tryAlloc(size: usize, alignment: usize) ?*anyopaque {
     return ptr;
 }
 
+/// As free does (c.zig: in the fast library, one pass checks and pushes).
 inline fn release(ptr: ?*anyopaque) void {
-    const p: [*]u8 = @ptrCast(ptr orelse return);
-    check.beforeFree(p, null, "operator delete");
-    if (config.hardening.quarantine) quarantine.hold(p) else Heap.free(p);
+    c.release(ptr, "operator delete");
 }
 
 /// [new.delete.single]: while allocation fails, call the new-handler and
