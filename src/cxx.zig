@@ -44,7 +44,6 @@ const std = @import("std");
 const Heap = @import("heap.zig").Heap;
 const check = @import("check.zig");
 const os = @import("os.zig");
-const config = @import("config.zig");
 const c = @import("c.zig");
 
 /// __STDCPP_DEFAULT_NEW_ALIGNMENT__ on x86_64 and aarch64 Linux: what

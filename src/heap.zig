@@ -316,9 +316,16 @@ pub const Heap = struct {
             const heap = if (current == &empty) thread.initCurrent() orelse return null else current;
             heap.fresh_page = null;
             const ptr = alloc(len, alignment) orelse return null;
-            const page = Segment.ofPtr(ptr).pageOf(ptr);
-            // The page's free-list link sat in the block's first words.
-            const dirty_end = if (heap.fresh_page == page) @max(heap.fresh_dirty_end, @intFromPtr(page.area) + 2 * size_class.word_bytes) else @intFromPtr(ptr) + len;
+            // Whether this allocation set up the block's page (it may also
+            // have come from a page kept as its class's only one, or, over-
+            // aligned, from a huge mapping: then all of it is cleared).
+            var dirty_end = @intFromPtr(ptr) + len;
+            if (heap.fresh_page) |fresh| {
+                if (fresh == Segment.ofPtr(ptr).pageOf(ptr)) {
+                    // The page's free-list link sat in the block's first words.
+                    dirty_end = @max(heap.fresh_dirty_end, @intFromPtr(fresh.area) + 2 * size_class.word_bytes);
+                }
+            }
             heap.fresh_page = null;
             @memset(ptr[0..@min(len, dirty_end -| @intFromPtr(ptr))], 0);
             return ptr;
