@@ -414,6 +414,10 @@ pub const Heap = struct {
         return heap.installPage(heap.takeSpanFrom(segment, .{ .first = choice.first, .slices = slices }) orelse return null, class);
     }
 
+    /// How far past an exhausted first page `findPageInQueue` looks for
+    /// another page's holes before extending it.
+    const hole_scan_pages_max = 8;
+
     fn findPageInQueue(heap: *Heap, class: size_class.Class) ?*Page {
         const queue = &heap.queues[class];
         // Each step returns or moves the first page to the full queue, so
@@ -424,10 +428,34 @@ pub const Heap = struct {
             if (page.free == null) page.collect();
             if (page.free != null) return page;
             if (page.capacity < page.reserved) {
+                if (holdsLocalFrees(page.next, hole_scan_pages_max)) |other| {
+                    heap.queueRemove(other);
+                    heap.queuePushFront(other);
+                    return other;
+                }
                 heap.extendPage(page);
                 return page;
             }
             if (!heap.parkFull(page)) return page;
+        }
+        return null;
+    }
+
+    /// The first of at most `pages_max` pages, from `start` on, whose own
+    /// free list holds blocks. Extending a page touches memory for the first
+    /// time (a fault, and resident from then on), while these holes are
+    /// resident already: without the look, a class whose live blocks just
+    /// outgrow one page extends its newest page to the end while the older
+    /// page's holes wait, and holds two pages' memory for one page's blocks
+    /// and a few. Only the owner's frees count: blocks other threads freed
+    /// come in batches whose lifetimes ended together, and a page they are
+    /// emptying is better left to empty (and go back) than refilled.
+    fn holdsLocalFrees(start: ?*Page, comptime pages_max: u32) ?*Page {
+        var next = start;
+        for (0..pages_max) |_| {
+            const page = next orelse return null;
+            if (page.free != null) return page;
+            next = page.next;
         }
         return null;
     }
@@ -1334,5 +1362,47 @@ test "a large block shrinks in place, and its slices serve the next page" {
     block = block.ptr[0 .. 600 * kib];
     try std.testing.expect(std.mem.allEqual(u8, block[0 .. 150 * kib], 5));
     @memset(block, 5);
+    thread.current().checkInvariants();
+}
+
+test "an exhausted page is extended only when no other page of its class holds freed blocks" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    // 3 KiB blocks: 21 to a small page, linked one at a time as it extends.
+    const Block3k = [3 * 1024]u8;
+    var blocks: [64]*Block3k = undefined;
+    var count: usize = 0;
+    defer for (blocks[0..count]) |b| gpa.destroy(b);
+    blocks[0] = try gpa.create(Block3k);
+    count = 1;
+    const page_a = Segment.ofPtr(blocks[0]).pageOf(@ptrCast(blocks[0]));
+    // Fill until a newer page of the class is first in its queue, with
+    // untouched blocks left and none free.
+    const page_b = while (count < blocks.len) {
+        blocks[count] = try gpa.create(Block3k);
+        count += 1;
+        const page = Segment.ofPtr(blocks[count - 1]).pageOf(@ptrCast(blocks[count - 1]));
+        if (page != page_a and page.capacity < page.reserved and page.free == null) break page;
+    } else return error.SkipZigTest;
+    const capacity_b = page_b.capacity;
+    // Three holes in the older page, freed by the owner.
+    var holes: usize = 0;
+    var i: usize = 0;
+    while (i < count and holes < 3) {
+        if (Segment.ofPtr(blocks[i]).pageOf(@ptrCast(blocks[i])) == page_a) {
+            gpa.destroy(blocks[i]);
+            blocks[i] = blocks[count - 1];
+            count -= 1;
+            holes += 1;
+        } else i += 1;
+    }
+    try std.testing.expectEqual(@as(usize, 3), holes);
+    // The next three blocks fill the holes; the newer page stays as it was.
+    for (0..3) |_| {
+        blocks[count] = try gpa.create(Block3k);
+        count += 1;
+        try std.testing.expectEqual(page_a, Segment.ofPtr(blocks[count - 1]).pageOf(@ptrCast(blocks[count - 1])));
+    }
+    try std.testing.expectEqual(capacity_b, page_b.capacity);
     thread.current().checkInvariants();
 }
