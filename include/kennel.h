@@ -134,6 +134,27 @@ void kn_free_aligned_sized(void *ptr, size_t alignment, size_t size);
    threads' heaps give theirs back as they run. 1 if any memory went back. */
 int kn_malloc_trim(size_t pad);
 
+/* glibc's mallinfo2 and mallinfo (the same with int fields, saturated),
+   filled from kn_stats's walk: arena = bytes touched and not given back,
+   huge blocks left out, = uordblks (bytes in live blocks other than huge
+   ones) + fordblks (the rest: free blocks, resident free slices, metadata,
+   cached huge mappings); ordblks = free blocks of pages in use; hblks and
+   hblkhd = live huge blocks and their bytes; smblks, fsmblks, usmblks and
+   keepcost = 0 (glibc's fastbins and top chunk have no counterpart). */
+struct kn_mallinfo2 {
+    size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+struct kn_mallinfo {
+    int arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+struct kn_mallinfo2 kn_mallinfo2(void);
+struct kn_mallinfo kn_mallinfo(void);
+/* glibc's mallopt: kennel has none of glibc's tunables; every parameter is
+   accepted and ignored (returns 1), so programs tuning glibc run unchanged. */
+int kn_mallopt(int param, int value);
+/* glibc's malloc_stats: kn_stats_print(NULL), on stderr. */
+void kn_malloc_stats(void);
+
 /* Size classes: kn_stats reports each. */
 #define KN_CLASS_COUNT 128
 

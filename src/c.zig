@@ -67,6 +67,10 @@ comptime {
     exportBoth("free_sized", &free_sized);
     exportBoth("free_aligned_sized", &free_aligned_sized);
     exportBoth("malloc_trim", &malloc_trim);
+    exportBoth("mallinfo2", &mallinfo2);
+    exportBoth("mallinfo", &mallinfo);
+    exportBoth("mallopt", &mallopt);
+    exportBoth("malloc_stats", &malloc_stats);
     @export(&kn_stats, .{ .name = "kn_stats" });
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });
@@ -313,6 +317,81 @@ fn malloc_trim(pad: usize) callconv(.c) c_int {
     const from_pool = pooled -| pool.residentBytes();
     const from_heap = if (heap == &Heap.empty) 0 else heap.trim(pad);
     return @intFromBool(from_pool + from_heap > 0);
+}
+
+/// glibc's struct mallinfo2 (and, with int fields, struct mallinfo).
+fn MallInfo(comptime Field: type) type {
+    return extern struct {
+        arena: Field,
+        ordblks: Field,
+        smblks: Field,
+        hblks: Field,
+        hblkhd: Field,
+        usmblks: Field,
+        fsmblks: Field,
+        uordblks: Field,
+        fordblks: Field,
+        keepcost: Field,
+    };
+}
+
+/// glibc's mallinfo2, from kn_stats's walk over every segment. glibc's
+/// fields describe its arenas; here they hold kennel's nearest figures, so
+/// that a program reporting its memory with them reports kennel's rather
+/// than glibc's empty arena:
+/// - arena: bytes touched and not given back, huge blocks left out (glibc:
+///   bytes its arenas took from the OS); arena = uordblks + fordblks;
+/// - ordblks: free blocks of pages in use (glibc: free chunks);
+/// - hblks, hblkhd: live huge blocks and their bytes (glibc: its mmapped
+///   chunks);
+/// - uordblks: bytes in live blocks other than huge ones;
+/// - fordblks: the rest of arena: free blocks, free slices still resident,
+///   page and segment metadata, cached huge mappings;
+/// - smblks, fsmblks (glibc's fastbins), usmblks (unused since glibc 2.5)
+///   and keepcost (glibc's releasable top chunk): 0, having no such thing.
+fn mallinfo2() callconv(.c) MallInfo(usize) {
+    const s = stats_mod.collect();
+    const arena = s.committed_bytes -| s.huge_bytes;
+    const in_use = s.block_bytes -| s.huge_bytes;
+    return .{
+        .arena = arena,
+        .ordblks = s.free_blocks,
+        .smblks = 0,
+        .hblks = s.huge_count,
+        .hblkhd = s.huge_bytes,
+        .usmblks = 0,
+        .fsmblks = 0,
+        .uordblks = in_use,
+        .fordblks = arena -| in_use,
+        .keepcost = 0,
+    };
+}
+
+/// glibc's older mallinfo: mallinfo2's figures in ints, each saturated at
+/// INT_MAX (glibc's wrap around past 2 GiB).
+fn mallinfo() callconv(.c) MallInfo(c_int) {
+    const wide = mallinfo2();
+    var narrow: MallInfo(c_int) = undefined;
+    inline for (comptime std.meta.fieldNames(MallInfo(usize))) |name| {
+        @field(narrow, name) = @intCast(@min(@field(wide, name), std.math.maxInt(c_int)));
+    }
+    return narrow;
+}
+
+/// glibc's mallopt: kennel has none of glibc's tunables (arenas,
+/// thresholds, fastbins, perturbation), so every parameter is accepted and
+/// ignored, and a program that tunes glibc runs unchanged. 1, success, as
+/// glibc answers for parameters it takes.
+fn mallopt(param: c_int, value: c_int) callconv(.c) c_int {
+    _ = param;
+    _ = value;
+    return 1;
+}
+
+/// glibc's malloc_stats: kennel's statistics on stderr, where glibc prints
+/// its own (kn_stats_print(NULL)'s lines).
+fn malloc_stats() callconv(.c) void {
+    kn_stats_print(null);
 }
 
 fn kn_release_thread_memory() callconv(.c) void {

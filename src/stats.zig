@@ -72,6 +72,10 @@ pub const Stats = struct {
     /// Of those, empty and purged in the pool any heap takes from
     /// (pool.zig), about: counted apart from the walk.
     pooled_segments: usize = 0,
+    /// Blocks of pages in use that are free: on a free list, pending from
+    /// other threads, or linked and never handed out (not the pages'
+    /// untouched tails).
+    free_blocks: usize = 0,
     /// Live huge blocks, and their usable bytes (part of block_bytes).
     huge_count: usize = 0,
     huge_bytes: usize = 0,
@@ -210,7 +214,8 @@ fn addSegment(walk: *Walk, address: usize) void {
         // Monotonic: as above (written by the owner as it sets pages up).
         if (@atomicLoad(u8, &p.first_slice, .monotonic) != i) continue; // not a page's first slice
         // Monotonic: as above (written by the owner as it extends the page).
-        const touched = @as(usize, @atomicLoad(BlockCount, &p.capacity, .monotonic)) * @atomicLoad(u32, &p.block_size, .monotonic);
+        const capacity = @atomicLoad(BlockCount, &p.capacity, .monotonic);
+        const touched = @as(usize, capacity) * @atomicLoad(u32, &p.block_size, .monotonic);
         if (touched == 0) continue;
         s.committed_bytes += std.mem.alignForward(usize, touched, page);
         // Hardened: the page's bits in the live map, cleared when it was set up.
@@ -220,6 +225,7 @@ fn addSegment(walk: *Walk, address: usize) void {
         const used = @atomicLoad(BlockCount, &p.used, .monotonic);
         const live = used -| p.pendingCount();
         const c = &s.classes[class];
+        s.free_blocks += capacity -| live;
         c.pages += 1;
         c.blocks_live += live;
         s.block_bytes += live * c.block_size;

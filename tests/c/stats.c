@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kennel.h"
 
@@ -109,6 +110,45 @@ int main(void) {
     kn_stats(&after);
     CHECK_EQ("live blocks after freeing what ended threads left", after.classes[lc].blocks_live, before.classes[lc].blocks_live);
     CHECK_EQ("abandoned pages after freeing", after.abandoned_pages, 0);
+
+    /* glibc's mallinfo2, mallinfo, mallopt and malloc_stats report and
+       answer for kennel (under LD_PRELOAD they would otherwise be glibc's,
+       describing an arena kennel never uses). */
+    struct mallinfo2 info_before = mallinfo2();
+    for (int i = 0; i < small_count; i++) small[i] = malloc(small_size);
+    char *big = malloc(6 << 20);
+    struct mallinfo2 info = mallinfo2();
+    CHECK_EQ("mallinfo2: bytes in use", info.uordblks, info_before.uordblks + small_count * block);
+    CHECK_EQ("mallinfo2: huge blocks", info.hblks, info_before.hblks + 1);
+    CHECK_EQ("mallinfo2: huge bytes", info.hblkhd, info_before.hblkhd + malloc_usable_size(big));
+    CHECK_EQ("mallinfo2: arena = in use + free", info.arena, info.uordblks + info.fordblks);
+    CHECK("mallinfo2: arena holds the blocks", info.arena >= small_count * block);
+    struct kn_mallinfo narrow = kn_mallinfo();
+    CHECK_EQ("mallinfo: bytes in use", (size_t)narrow.uordblks, info.uordblks);
+    CHECK_EQ("mallinfo: huge blocks", (size_t)narrow.hblks, info.hblks);
+    CHECK_EQ("kn_mallinfo2 is mallinfo2", kn_mallinfo2().uordblks, info.uordblks);
+    for (int i = 0; i < small_count; i++) free(small[i]);
+    free(big);
+    info = mallinfo2();
+    CHECK_EQ("mallinfo2: bytes in use after the frees", info.uordblks, info_before.uordblks);
+    CHECK_EQ("mallinfo2: huge blocks after the frees", info.hblks, info_before.hblks);
+    CHECK("mallinfo2: the frees' blocks are free blocks", info.ordblks >= small_count);
+    CHECK_EQ("mallopt accepts M_ARENA_MAX", mallopt(M_ARENA_MAX, 1), 1);
+    CHECK_EQ("mallopt accepts M_MMAP_THRESHOLD", mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
+    {
+        FILE *captured = tmpfile();
+        fflush(stderr);
+        int saved = dup(2);
+        dup2(fileno(captured), 2);
+        malloc_stats();
+        dup2(saved, 2);
+        close(saved);
+        rewind(captured);
+        char line[512] = {0};
+        size_t got = fread(line, 1, sizeof(line) - 1, captured);
+        fclose(captured);
+        CHECK("malloc_stats prints kennel's figures on stderr", got > 0 && strstr(line, "kennel: ") == line);
+    }
 
     /* The printed form. */
     FILE *f = tmpfile();
