@@ -398,6 +398,17 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     const first = try gpa.alloc(u8, len);
     const second = try gpa.alloc(u8, len);
     defer gpa.free(second);
+    // Blocks of another large size, freed below to push `first` out of
+    // the quarantine. Allocated now, while `first` holds its slices, so
+    // that none of them lies there: one set up later could land on the
+    // guard's slice and, still quarantined, keep it from the small pages
+    // (it did, in a loaded run where purges had moved the placements).
+    var fillers: [flush_fillers][]u8 = undefined;
+    var fillers_freed: usize = 0;
+    if (hardening.quarantine) {
+        for (&fillers) |*filler| filler.* = try gpa.alloc(u8, 96 * 1024);
+    } else fillers_freed = fillers.len;
+    defer for (fillers[fillers_freed..]) |filler| gpa.free(filler);
     @memset(first, 1);
     // The page's guard: the last kernel page of its last slice.
     const guard = std.mem.alignForward(usize, @intFromPtr(first.ptr) + len + page_size, slice_bytes) - page_size;
@@ -406,7 +417,7 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
     // Hardened with a quarantine, the block waits there, its page in use:
     // free other large blocks until it leaves and the page goes back.
-    if (hardening.quarantine) try flushLarge(len);
+    if (hardening.quarantine) try flushLarge(len, &fillers, &fillers_freed);
     try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
     // Small pages take the freed slices (resident, in the segment first in
     // line): the one set up over the guard's slice opens it, and its last
@@ -427,18 +438,22 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     return error.TestGuardSliceNotReused;
 }
 
-/// Frees large blocks of another size until the size `len` has one page
-/// left: a freed block of that size has left the quarantine (which picks
-/// at random which block leaves; 1000 frees into a ring of 16 leave it
-/// there with a chance of about 1e-28) and its page went back.
-fn flushLarge(len: usize) !void {
-    for (0..1000) |_| {
+/// Blocks `flushLarge` may free: 400 frees into a ring of 16 that picks at
+/// random which block leaves keep a given block there with a chance of
+/// about 6e-12.
+const flush_fillers = 400;
+
+/// Frees `fillers` (large blocks of another size) one by one until the
+/// size `len` has one page left: a freed block of that size has left the
+/// quarantine and its page went back. Counts them in `freed`.
+fn flushLarge(len: usize, fillers: [][]u8, freed: *usize) !void {
+    while (freed.* < fillers.len) : (freed.* += 1) {
         const s = kennel.stats();
         const class = for (s.classes) |c| {
             if (c.block_size == len) break c;
         } else return error.TestNoSuchClass;
         if (class.pages == 1) return;
-        gpa.free(try gpa.alloc(u8, 96 * 1024));
+        gpa.free(fillers[freed.*]);
     }
     return error.TestStillInQuarantine;
 }
