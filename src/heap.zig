@@ -429,6 +429,10 @@ pub const Heap = struct {
             if (page.free != null) return page;
             if (page.capacity < page.reserved) {
                 if (holdsLocalFrees(page.next, hole_scan_pages_max)) |other| {
+                    // No longer first, and in use again: as in parkFull,
+                    // retained no more (releaseRetained looks at first
+                    // pages only).
+                    page.retained = false;
                     heap.queueRemove(other);
                     heap.queuePushFront(other);
                     return other;
@@ -1299,6 +1303,8 @@ pub const Heap = struct {
                 assert(count <= queue.count);
                 assert(page.class == class and !page.flags.in_full);
                 assert(page.used <= page.capacity and page.capacity <= page.reserved);
+                // Only a class's first page is kept as retained.
+                assert(!page.retained or page == queue.first);
             }
             assert(count == queue.count);
             if (size_class.blockSize(@intCast(class)) <= direct_size_max_bytes) {

@@ -142,6 +142,8 @@ pub fn collect() Stats {
         for (&walk.stats.classes, walk.quarantined) |*c, waiting| {
             c.blocks_live -|= waiting;
             walk.stats.block_bytes -|= waiting * c.block_size;
+            // Freed, though their pages count them in use.
+            walk.stats.free_blocks += waiting;
         }
     }
     return walk.stats;

@@ -396,6 +396,8 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     // has left the quarantine (below).
     const len = 320 * 1024; // a size class: the block ends where asked
     const first = try gpa.alloc(u8, len);
+    var first_live = true;
+    defer if (first_live) gpa.free(first);
     const second = try gpa.alloc(u8, len);
     defer gpa.free(second);
     // Blocks of another large size, freed below to push `first` out of
@@ -404,20 +406,22 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     // guard's slice and, still quarantined, keep it from the small pages
     // (it did, in a loaded run where purges had moved the placements).
     var fillers: [flush_fillers][]u8 = undefined;
+    var fillers_made: usize = 0;
     var fillers_freed: usize = 0;
+    defer for (fillers[fillers_freed..fillers_made]) |filler| gpa.free(filler);
     if (hardening.quarantine) {
-        for (&fillers) |*filler| filler.* = try gpa.alloc(u8, 96 * 1024);
-    } else fillers_freed = fillers.len;
-    defer for (fillers[fillers_freed..]) |filler| gpa.free(filler);
+        while (fillers_made < fillers.len) : (fillers_made += 1) fillers[fillers_made] = try gpa.alloc(u8, 96 * 1024);
+    }
     @memset(first, 1);
     // The page's guard: the last kernel page of its last slice.
     const guard = std.mem.alignForward(usize, @intFromPtr(first.ptr) + len + page_size, slice_bytes) - page_size;
     try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
     gpa.free(first);
+    first_live = false;
     try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
     // Hardened with a quarantine, the block waits there, its page in use:
     // free other large blocks until it leaves and the page goes back.
-    if (hardening.quarantine) try flushLarge(len, &fillers, &fillers_freed);
+    if (hardening.quarantine) try flushLarge(len, fillers[0..fillers_made], &fillers_freed);
     try std.testing.expectEqualStrings("---p", try permissionsAt(guard));
     // Small pages take the freed slices (resident, in the segment first in
     // line): the one set up over the guard's slice opens it, and its last
@@ -438,9 +442,9 @@ test "hardened: a released page leaves its guard closed, and a page set up over 
     return error.TestGuardSliceNotReused;
 }
 
-/// Blocks `flushLarge` may free: 400 frees into a ring of 16 that picks at
-/// random which block leaves keep a given block there with a chance of
-/// about 6e-12.
+/// Blocks `flushLarge` may free: after 400 frees into a ring of 16 that
+/// picks at random which block leaves (385 of them evicting one), a given
+/// block is still there with a chance of about 2e-11.
 const flush_fillers = 400;
 
 /// Frees `fillers` (large blocks of another size) one by one until the

@@ -137,11 +137,13 @@ int main(void) {
     CHECK_EQ("mallopt accepts M_MMAP_THRESHOLD", mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
     {
         FILE *captured = tmpfile();
+        CHECK("tmpfile", captured != NULL);
+        if (captured == NULL) return 1;
         fflush(stderr);
         int saved = dup(2);
-        dup2(fileno(captured), 2);
+        CHECK("dup stderr", saved >= 0 && dup2(fileno(captured), 2) == 2);
         malloc_stats();
-        dup2(saved, 2);
+        CHECK("restore stderr", dup2(saved, 2) == 2);
         close(saved);
         rewind(captured);
         char line[512] = {0};
