@@ -1376,18 +1376,23 @@ test "an exhausted page is extended only when no other page of its class holds f
     const gpa = @import("root.zig").allocator;
     // 3 KiB blocks: 21 to a small page, linked one at a time as it extends.
     const Block3k = [3 * 1024]u8;
+    const pageOfBlock = struct {
+        fn of(block: *Block3k) *Page {
+            return Segment.ofPtr(block).pageOf(@ptrCast(block));
+        }
+    }.of;
     var blocks: [64]*Block3k = undefined;
     var count: usize = 0;
     defer for (blocks[0..count]) |b| gpa.destroy(b);
     blocks[0] = try gpa.create(Block3k);
     count = 1;
-    const page_a = Segment.ofPtr(blocks[0]).pageOf(@ptrCast(blocks[0]));
+    const page_a = pageOfBlock(blocks[0]);
     // Fill until a newer page of the class is first in its queue, with
     // untouched blocks left and none free.
     const page_b = while (count < blocks.len) {
         blocks[count] = try gpa.create(Block3k);
         count += 1;
-        const page = Segment.ofPtr(blocks[count - 1]).pageOf(@ptrCast(blocks[count - 1]));
+        const page = pageOfBlock(blocks[count - 1]);
         if (page != page_a and page.capacity < page.reserved and page.free == null) break page;
     } else return error.SkipZigTest;
     const capacity_b = page_b.capacity;
@@ -1395,7 +1400,7 @@ test "an exhausted page is extended only when no other page of its class holds f
     var holes: usize = 0;
     var i: usize = 0;
     while (i < count and holes < 3) {
-        if (Segment.ofPtr(blocks[i]).pageOf(@ptrCast(blocks[i])) == page_a) {
+        if (pageOfBlock(blocks[i]) == page_a) {
             gpa.destroy(blocks[i]);
             blocks[i] = blocks[count - 1];
             count -= 1;
@@ -1407,7 +1412,7 @@ test "an exhausted page is extended only when no other page of its class holds f
     for (0..3) |_| {
         blocks[count] = try gpa.create(Block3k);
         count += 1;
-        try std.testing.expectEqual(page_a, Segment.ofPtr(blocks[count - 1]).pageOf(@ptrCast(blocks[count - 1])));
+        try std.testing.expectEqual(page_a, pageOfBlock(blocks[count - 1]));
     }
     try std.testing.expectEqual(capacity_b, page_b.capacity);
     thread.current().checkInvariants();
