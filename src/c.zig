@@ -188,7 +188,7 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
     const checked = check.validate(p, "realloc");
     if (check.c_tail_bytes != 0) check.checkTailCanary(p, checked.usable, "realloc");
     const old_size = checked.usable - check.c_tail_bytes;
-    if (Heap.remap(p, max_align_bytes, check.cRequest(size) orelse return outOfMemory())) |same_or_moved| {
+    if (Heap.remap(p, max_align_bytes, check.cRequest(size) orelse return outOfMemory(), .to_half)) |same_or_moved| {
         check.afterResize(p, old_size, same_or_moved, null);
         return same_or_moved;
     }

@@ -74,7 +74,7 @@ fn alloc(context: *anyopaque, len: usize, alignment: Alignment, return_address: 
 fn resize(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usize, return_address: usize) bool {
     _ = context;
     _ = return_address;
-    if (!Heap.resizeInPlace(memory.ptr, alignment.toByteUnits(), blockLen(new_len))) return false;
+    if (!Heap.resizeInPlace(memory.ptr, alignment.toByteUnits(), blockLen(new_len), .to_class)) return false;
     if (hooked) resized(memory.ptr, memory.len, memory.ptr, new_len);
     return true;
 }
@@ -82,7 +82,7 @@ fn resize(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usiz
 fn remap(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usize, return_address: usize) ?[*]u8 {
     _ = context;
     _ = return_address;
-    const ptr = Heap.remap(memory.ptr, alignment.toByteUnits(), blockLen(new_len)) orelse return null;
+    const ptr = Heap.remap(memory.ptr, alignment.toByteUnits(), blockLen(new_len), .to_class) orelse return null;
     if (hooked) resized(memory.ptr, memory.len, ptr, new_len);
     return ptr;
 }
