@@ -1158,9 +1158,9 @@ pub const Heap = struct {
         /// third of its capacity, and kept in place that spare capacity
         /// stayed with the array while it lived; the memory was resident
         /// when the block reused freed memory (the compiler front end kept
-        /// 3.5 MB of its 52 MB of ZIR blocks that way, 70.5 MiB peak
-        /// instead of 72.7; smp_allocator also moves a block that changes
-        /// class).
+        /// 3.5 MB of its 51.8 MB of ZIR blocks that way: 72.1 MiB peak on
+        /// one thread, 70.4 moving; smp_allocator also moves a block that
+        /// changes class).
         to_class,
         /// Up to half (C's realloc, as mimalloc's): C programs trim strings
         /// and buffers with realloc, often by a few bytes, and each move
