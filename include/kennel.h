@@ -154,6 +154,15 @@ struct kn_mallinfo kn_mallinfo(void);
 int kn_mallopt(int param, int value);
 /* glibc's malloc_stats: kn_stats_print(NULL), on stderr. */
 void kn_malloc_stats(void);
+/* glibc's malloc_info: kennel's figures in glibc's XML, written to `stream`,
+   from the same walk, one <heap nr="0"> for the whole process: <sizes> has
+   a <size from to total count> per class with free blocks; total "rest" =
+   mallinfo2's ordblks and fordblks, total "mmap" = hblks and hblkhd, total
+   "fast" = 0; system "current"/"max" = address space mapped now / at most,
+   aspace "total" = mapped now, aspace "mprotect" = touched and not given
+   back. Returns 0, or EINVAL when `options` is not 0 (as glibc) or `stream`
+   is NULL. */
+int kn_malloc_info(int options, FILE *stream);
 
 /* Size classes: kn_stats reports each. */
 #define KN_CLASS_COUNT 128

@@ -71,6 +71,7 @@ comptime {
     exportBoth("mallinfo", &mallinfo);
     exportBoth("mallopt", &mallopt);
     exportBoth("malloc_stats", &malloc_stats);
+    exportBoth("malloc_info", &malloc_info);
     @export(&kn_stats, .{ .name = "kn_stats" });
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });
@@ -350,7 +351,10 @@ fn MallInfo(comptime Field: type) type {
 /// - smblks, fsmblks (glibc's fastbins), usmblks (unused since glibc 2.5)
 ///   and keepcost (glibc's releasable top chunk): 0, having no such thing.
 fn mallinfo2() callconv(.c) MallInfo(usize) {
-    const s = stats_mod.collect();
+    return mallInfoOf(&stats_mod.collect());
+}
+
+fn mallInfoOf(s: *const stats_mod.Stats) MallInfo(usize) {
     const arena = s.committed_bytes -| s.huge_bytes;
     const in_use = s.block_bytes -| s.huge_bytes;
     return .{
@@ -392,6 +396,61 @@ fn mallopt(param: c_int, value: c_int) callconv(.c) c_int {
 /// its own (kn_stats_print(NULL)'s lines).
 fn malloc_stats() callconv(.c) void {
     kn_stats_print(null);
+}
+
+/// glibc's malloc_info: kennel's figures in glibc's XML, so that a program
+/// (or a tool reading its output) that asks glibc for a report gets
+/// kennel's. The walk is process-wide, so there is one `<heap nr="0">` for
+/// all of kennel's heaps, and its totals repeat at the top level:
+/// - `<sizes>`: a `<size>` per class with free blocks (on free lists,
+///   pending from other threads, or never handed out), from one byte past
+///   the class below to the class's block size, as glibc lists its free
+///   chunks by bin;
+/// - total "fast": 0 (no fastbins); total "rest": free blocks, and the bytes
+///   of memory touched but not in live blocks (mallinfo2's ordblks and
+///   fordblks); total "mmap": live huge blocks and their bytes (hblks,
+///   hblkhd);
+/// - system "current" and "max": address space mapped from the OS, now and
+///   at most; aspace "total": mapped now; aspace "mprotect": touched and
+///   not given back (mallinfo2's arena plus the huge blocks).
+/// `options` must be 0 and `stream` not NULL, or EINVAL is returned (as
+/// glibc does for `options`); otherwise 0.
+fn malloc_info(options: c_int, stream: ?*anyopaque) callconv(.c) c_int {
+    const file = stream orelse return @backingInt(Errno.INVAL);
+    if (options != 0) return @backingInt(Errno.INVAL);
+    const s = stats_mod.collect();
+    const info = mallInfoOf(&s);
+    var buf: [256]u8 = undefined;
+    var totals_buf: [256]u8 = undefined;
+    var system_buf: [256]u8 = undefined;
+    writeStream(file, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
+    var from: usize = 1;
+    for (s.classes) |c| {
+        defer from = c.block_size + 1;
+        if (c.blocks_free == 0) continue;
+        writeStream(file, std.fmt.bufPrint(&buf, "  <size from=\"{d}\" to=\"{d}\" total=\"{d}\" count=\"{d}\"/>\n", .{ from, c.block_size, c.blocks_free * c.block_size, c.blocks_free }) catch unreachable);
+    }
+    writeStream(file, "</sizes>\n");
+    const totals = std.fmt.bufPrint(&totals_buf,
+        \\<total type="fast" count="0" size="0"/>
+        \\<total type="rest" count="{d}" size="{d}"/>
+        \\
+    , .{ info.ordblks, info.fordblks }) catch unreachable;
+    writeStream(file, totals);
+    const system = std.fmt.bufPrint(&system_buf,
+        \\<system type="current" size="{d}"/>
+        \\<system type="max" size="{d}"/>
+        \\<aspace type="total" size="{d}"/>
+        \\<aspace type="mprotect" size="{d}"/>
+        \\
+    , .{ s.mapped_bytes, s.mapped_bytes_peak, s.mapped_bytes, s.committed_bytes }) catch unreachable;
+    writeStream(file, system);
+    writeStream(file, "</heap>\n");
+    writeStream(file, totals);
+    writeStream(file, std.fmt.bufPrint(&buf, "<total type=\"mmap\" count=\"{d}\" size=\"{d}\"/>\n", .{ info.hblks, info.hblkhd }) catch unreachable);
+    writeStream(file, system);
+    writeStream(file, "</malloc>\n");
+    return 0;
 }
 
 fn kn_release_thread_memory() callconv(.c) void {

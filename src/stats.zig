@@ -40,6 +40,8 @@ pub const ClassStats = struct {
     blocks_live: usize = 0,
     /// Pages holding blocks of the class.
     pages: usize = 0,
+    /// Free blocks of those pages, as `Stats.free_blocks` counts them.
+    blocks_free: usize = 0,
 };
 
 pub const Stats = struct {
@@ -144,6 +146,7 @@ pub fn collect() Stats {
             walk.stats.block_bytes -|= waiting * c.block_size;
             // Freed, though their pages count them in use.
             walk.stats.free_blocks += waiting;
+            c.blocks_free += waiting;
         }
     }
     return walk.stats;
@@ -228,6 +231,7 @@ fn addSegment(walk: *Walk, address: usize) void {
         const live = used -| p.pendingCount();
         const c = &s.classes[class];
         s.free_blocks += capacity -| live;
+        c.blocks_free += capacity -| live;
         c.pages += 1;
         c.blocks_live += live;
         s.block_bytes += live * c.block_size;

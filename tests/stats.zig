@@ -37,6 +37,8 @@ test "stats: live blocks, bytes in blocks and requested bytes, exactly" {
     const freed = kennel.stats();
     try std.testing.expectEqual(before.blocksLive(), freed.blocksLive());
     try std.testing.expectEqual(before.block_bytes, freed.block_bytes);
+    // The freed blocks are free blocks of their class, in a page kept.
+    try std.testing.expect(freed.classes[size_class_of_24].blocks_free >= 1000);
     if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, freed.requested_bytes.?);
 }
 

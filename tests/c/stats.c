@@ -4,6 +4,7 @@
  * ended threads and the pages they hold, single- and multi-threaded.
  * Nothing between two snapshots allocates except what the test does.
  */
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -133,6 +134,44 @@ int main(void) {
     CHECK_EQ("mallinfo2: bytes in use after the frees", info.uordblks, info_before.uordblks);
     CHECK_EQ("mallinfo2: huge blocks after the frees", info.hblks, info_before.hblks);
     CHECK("mallinfo2: the frees' blocks are free blocks", info.ordblks >= small_count);
+    {
+        /* glibc's malloc_info: the same figures in glibc's XML. The blocks
+           just freed are free blocks of their class; a huge block is an
+           mmapped one. */
+        char *huge_again = malloc(6 << 20);
+        CHECK("a huge block", huge_again != NULL && malloc_usable_size(huge_again) >= 6 << 20);
+        FILE *xml = tmpfile();
+        CHECK("tmpfile", xml != NULL);
+        if (xml == NULL) return 1;
+        CHECK_EQ("malloc_info with options is EINVAL", (size_t)malloc_info(1, xml), EINVAL);
+        CHECK_EQ("kn_malloc_info without a stream is EINVAL", (size_t)kn_malloc_info(0, NULL), EINVAL);
+        struct mallinfo2 now = mallinfo2(); /* nothing allocates until the walk */
+        CHECK_EQ("malloc_info", (size_t)malloc_info(0, xml), 0);
+        rewind(xml);
+        static char doc[1 << 16];
+        size_t len = fread(doc, 1, sizeof(doc) - 1, xml);
+        doc[len] = 0;
+        fclose(xml);
+        const char *head = "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n";
+        CHECK("malloc_info opens glibc's document", strncmp(doc, head, strlen(head)) == 0);
+        CHECK("malloc_info closes it", len > 10 && strcmp(doc + len - 10, "</malloc>\n") == 0);
+        char want[160];
+        snprintf(want, sizeof want, " to=\"%zu\" total=\"", block);
+        const char *size = strstr(doc, want);
+        CHECK("malloc_info lists the class of the freed blocks", size != NULL);
+        if (size != NULL) {
+            size_t total = 0, count = 0;
+            CHECK_EQ("the class's line", (size_t)sscanf(size + strlen(want), "%zu\" count=\"%zu\"/>", &total, &count), 2);
+            CHECK("its free blocks", count >= small_count);
+            CHECK_EQ("its free bytes", total, count * block);
+        }
+        snprintf(want, sizeof want, "<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>", now.ordblks, now.fordblks);
+        CHECK("malloc_info: free blocks and bytes as mallinfo2's", strstr(doc, want) != NULL);
+        snprintf(want, sizeof want, "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>", now.hblks, now.hblkhd);
+        CHECK("malloc_info: huge blocks as mallinfo2's", strstr(doc, want) != NULL && now.hblks >= 1);
+        if (failures) printf("%s", doc);
+        free(huge_again);
+    }
     CHECK_EQ("mallopt accepts M_ARENA_MAX", mallopt(M_ARENA_MAX, 1), 1);
     CHECK_EQ("mallopt accepts M_MMAP_THRESHOLD", mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
     {
