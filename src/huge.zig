@@ -642,7 +642,7 @@ pub fn headerGuardOffset() ?usize {
 fn mapGuarded(mapping: usize, alignment: usize) ?[*]align(os.page_size_min_bytes) u8 {
     const base = pool.map(mapping, mapAlignment(alignment), mapOffset(alignment)) orelse return null;
     const guard = segment_mod.guardBytes();
-    if (guard > 0 and !(os.protectNone(base + mapping - guard, guard) and os.protectNone(base + headerGuardOffset().?, guard))) {
+    if (guard > 0 and !(os.guard(base + mapping - guard, guard, false) and os.guard(base + headerGuardOffset().?, guard, false))) {
         os.unmap(base, mapping);
         return null;
     }
@@ -731,7 +731,7 @@ pub fn resizeInPlace(segment: *Segment, new_len: usize) bool {
         // The guard is in the way of growing; shrinking moves it down.
         if (mapping > segment.huge_mapping_bytes) return false;
         if (mapping == segment.huge_mapping_bytes) return true;
-        if (!os.protectNone(base + mapping - guard, guard)) return false;
+        if (!os.guard(base + mapping - guard, guard, false)) return false;
     }
     const old_mapping = segment.huge_mapping_bytes;
     if (mapping > old_mapping) {
@@ -772,9 +772,11 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     const old: [*]align(os.page_size_min_bytes) u8 = @ptrCast(@alignCast(segment));
     // Only the accessible part moves; the destination keeps its own end
     // guard. A move takes one kernel mapping (VMA): the header guard opens
-    // for it, and closes again wherever the pages end up.
+    // for it (a guard made with mprotect splits the mapping; a guard
+    // marker would move along, but opening costs little), and closes again
+    // wherever the pages end up.
     const header_guard = headerGuardOffset();
-    const opened = if (header_guard) |at| os.protectReadWrite(old + at, guard) else true;
+    const opened = if (header_guard) |at| os.unguard(old + at, guard, guard) else true;
     if (!opened or !moveRange(segment, 0, old_mapping - guard, dest, mapping - guard)) {
         if (opened) if (header_guard) |at| closeGuard(old + at);
         _ = restore(segment);
@@ -800,7 +802,7 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
 /// inaccessible before, so the system can split the mapping there again;
 /// if it ever refuses, the block loses that guard, not its memory.
 fn closeGuard(address: [*]u8) void {
-    _ = os.protectNone(address, segment_mod.guardBytes());
+    _ = os.guard(address, segment_mod.guardBytes(), false);
 }
 
 /// A mapping went from `from` to `to` bytes: the footprint follows.

@@ -233,6 +233,37 @@ pub fn protectReadWrite(ptr: [*]u8, len: usize) bool {
     return backend.protectReadWrite(@intFromPtr(ptr), len);
 }
 
+/// Makes [ptr, ptr+len) a guard: any access faults until `unguard`. Unlike
+/// `protectNone`, what the memory held is lost. Linux 6.13 and later mark
+/// a guard of up to 128 KiB in the page table (the memory is freed with it,
+/// and the mapping is not split, so a program may have any number of such
+/// guards: see os/linux.zig); elsewhere, and larger ones, the pages are
+/// purged first if `purge_first`, then protected. false if the system refuses or cannot (`can_protect`);
+/// with `purge_first` the memory is purged even then.
+pub fn guard(ptr: [*]u8, len: usize, purge_first: bool) bool {
+    assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
+    if (!can_protect) {
+        if (purge_first) purge(ptr, len);
+        return false;
+    }
+    if (@hasDecl(backend, "guard")) return backend.guard(@intFromPtr(ptr), len, purge_first);
+    if (purge_first) purge(ptr, len);
+    return backend.protectNone(@intFromPtr(ptr), len);
+}
+
+/// Makes the guards in [ptr, ptr+len) accessible again (memory between
+/// them that is accessible already stays as it is); false if the system
+/// refuses. `guarded_bytes` is the `len` each of those guards was made
+/// with (the kind of guard may depend on it). What a guard covered reads
+/// as zeroes where it was purged.
+pub fn unguard(ptr: [*]u8, len: usize, guarded_bytes: usize) bool {
+    assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
+    assert(guarded_bytes <= len);
+    if (!can_protect) return false;
+    if (@hasDecl(backend, "unguard")) return backend.unguard(@intFromPtr(ptr), len, guarded_bytes);
+    return backend.protectReadWrite(@intFromPtr(ptr), len);
+}
+
 /// Grows or shrinks the mapping [ptr, ptr+old_len) to new_len without
 /// moving it. Shrinking always works (on Windows the tail is decommitted
 /// and stays reserved until the mapping is unmapped). Growing returns false
@@ -466,6 +497,30 @@ test "protectNone makes pages inaccessible, where the system can" {
     try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p)));
     try testing.expectEqual(Access.no_access, backend.access(@intFromPtr(p) + page));
     try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p) + 2 * page));
+}
+
+test "guard makes pages inaccessible until unguard, and they read back as zeroes" {
+    const page = pageSize();
+    const p = map(3 * page, page, 0).?;
+    defer unmap(p, 3 * page);
+    @memset(p[0 .. 3 * page], 0x5a);
+    if (!can_protect) {
+        try testing.expect(!guard(p + page, page, true));
+        return error.SkipZigTest;
+    }
+    // Where purging decommits (Windows), the pages would need committing
+    // again before use: that path is secure.reuseFreed's.
+    try testing.expect(guard(p + page, page, !purge_needs_commit));
+    try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p)));
+    try testing.expectEqual(Access.no_access, backend.access(@intFromPtr(p) + page));
+    try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p) + 2 * page));
+    // Opening a range with accessible memory around the guard.
+    try testing.expect(unguard(p, 3 * page, page));
+    try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p) + page));
+    try testing.expectEqual(@as(u8, 0x5a), p[page - 1]);
+    try testing.expectEqual(@as(u8, 0x5a), p[2 * page]);
+    if (purge_zeroes and !purge_needs_commit) try testing.expectEqual(@as(u8, 0), p[page]);
+    p[page] = 1;
 }
 
 test "remap in place and by moving keeps contents" {

@@ -258,10 +258,12 @@ pub fn scrubFreed(block: [*]u8, bytes: usize, keep: usize) void {
             @memset(block[end..bytes], 0);
         }
         if (span.end > span.start) {
-            os.purge(block + start, end - start);
             // A refusal (out of memory for the split mapping) leaves the
             // pages accessible: still purged, only not guarded.
-            if (config.hardening.guard_freed_large and os.can_protect) _ = os.protectNone(@ptrFromInt(span.start), end - start);
+            if (config.hardening.guard_freed_large and os.can_protect)
+                _ = os.guard(block + start, end - start, true)
+            else
+                os.purge(block + start, end - start);
         }
         return;
     }
@@ -286,7 +288,7 @@ pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize, freed: bool) ?usize {
     if (byPages(bytes)) {
         const span = innerPages(block, bytes);
         if (config.hardening.guard_freed_large and os.can_protect and span.end > span.start) {
-            if (!os.protectReadWrite(@ptrFromInt(span.start), span.end - span.start))
+            if (!os.unguard(@ptrFromInt(span.start), span.end - span.start, span.end - span.start))
                 os.fatal("cannot make the freed block 0x{x} accessible again (out of memory)", .{@intFromPtr(block)});
         }
         if (os.purge_needs_commit and span.end > span.start) {
@@ -334,7 +336,10 @@ pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize, guard: ?[]
         const end = if (guard) |g| @intFromPtr(g.ptr) else std.mem.alignForward(usize, blocks_end, os.pageSize());
         assert(end >= blocks_end);
         const start = std.mem.alignBackward(usize, @intFromPtr(area), os.pageSize());
-        if (!os.protectReadWrite(@ptrFromInt(start), end - start))
+        // A large page holds one block: what its free went through.
+        assert(capacity == 1);
+        const span = innerPages(area, block_bytes);
+        if (!os.unguard(@ptrFromInt(start), end - start, span.end - span.start))
             os.fatal("cannot make a released page at 0x{x} accessible again (out of memory)", .{start});
     }
     if (config.hardening.zero_freed) {

@@ -396,8 +396,8 @@ pub const Segment = extern struct {
         const base = pool.map(segment_size_bytes, segment_size_bytes, 0) orelse return null;
         const segment: *Segment = @ptrCast(base);
         const guard = guardBytes();
-        const header_guard_ok = if (headerGuardOffset()) |offset| os.protectNone(base + offset, guard) else true;
-        if ((guard > 0 and !os.protectNone(base + segment_size_bytes - guard, guard)) or !header_guard_ok or !segment_map.add(segment)) {
+        const header_guard_ok = if (headerGuardOffset()) |offset| os.guard(base + offset, guard, false) else true;
+        if ((guard > 0 and !os.guard(base + segment_size_bytes - guard, guard, false)) or !header_guard_ok or !segment_map.add(segment)) {
             os.unmap(base, segment_size_bytes);
             return null;
         }
@@ -525,7 +525,7 @@ pub const Segment = extern struct {
         }
         if (own != 0 and segment.guards_closed & own == 0) {
             const guard = segment.sliceGuard(last);
-            if (os.protectNone(guard.ptr, guard.len)) segment.guards_closed |= own;
+            if (os.guard(guard.ptr, guard.len, false)) segment.guards_closed |= own;
         }
         // No page with a guard ends in the header's slice or the last.
         assert(segment.guards_closed & edgeSlices() == 0);
@@ -545,7 +545,7 @@ pub const Segment = extern struct {
     /// Makes `memory` (guards, and accessible memory between them)
     /// accessible: it becomes free slice memory that any page may use.
     fn openGuards(memory: []u8) void {
-        if (!os.protectReadWrite(memory.ptr, memory.len))
+        if (!os.unguard(memory.ptr, memory.len, pageGuardBytes()))
             os.fatal("cannot make the guard page at 0x{x} accessible again (out of memory)", .{@intFromPtr(memory.ptr)});
     }
 
