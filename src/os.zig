@@ -238,8 +238,9 @@ pub fn protectReadWrite(ptr: [*]u8, len: usize) bool {
 /// a guard of up to 128 KiB in the page table (the memory is freed with it,
 /// and the mapping is not split, so a program may have any number of such
 /// guards: see os/linux.zig); elsewhere, and larger ones, the pages are
-/// purged first if `purge_first`, then protected. false if the system refuses or cannot (`can_protect`);
-/// with `purge_first` the memory is purged even then.
+/// purged first if `purge_first`, then protected. false if the system
+/// refuses or cannot (`can_protect`); with `purge_first` the memory is
+/// purged even then.
 pub fn guard(ptr: [*]u8, len: usize, purge_first: bool) bool {
     assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
     if (!can_protect) {

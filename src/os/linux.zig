@@ -110,9 +110,10 @@ pub fn protectNone(address: usize, len: usize) bool {
 // to remove), mprotect per mapping split: to guard a freed block and open
 // it again took, on the 2-core development machine, 10 us with markers
 // against 12-14 us with mprotect at 72 KiB, as much at 128 KiB, 16 against
-// 14 at 256 KiB and 39 against 15 at 1 MiB (make bench-secure's size
-// sweep). So a range up to `marker_bytes_max` gets markers, a larger one
-// mprotect; the caller of `unguard` says which (`guarded_bytes`).
+// 14 at 256 KiB and 39 against 15 at 1 MiB (the size sweep of
+// bench-kennel-guard-freed-large, two runs). So a range up to
+// `marker_bytes_max` gets markers, a larger one mprotect; the caller of
+// `unguard` says which (`guarded_bytes`).
 
 /// The advice values (std does not name them yet).
 const madv_guard_install = 102;
