@@ -33,13 +33,28 @@ test "stats: live blocks, bytes in blocks and requested bytes, exactly" {
     try std.testing.expectEqual(after.blocksLive() + 1, resized.blocksLive());
     gpa.free(list);
 
-    for (blocks) |b| gpa.destroy(b);
+    // All but the last: its page stays in use, so the blocks freed there
+    // are free blocks of the class whatever happens to pages that empty.
+    // (Counting all 1000 failed in 2 of 3 make test runs on 2026-11-27,
+    // aarch64 under qemu right after the crowd test; a page emptied whole
+    // may leave the class at once.)
+    const kept = blocks[blocks.len - 1];
+    const small_page_bytes = 64 * 1024;
+    var sharing: usize = 0;
+    for (blocks[0 .. blocks.len - 1]) |b| {
+        if (@intFromPtr(b) / small_page_bytes == @intFromPtr(kept) / small_page_bytes) sharing += 1;
+        gpa.destroy(b);
+    }
     const freed = kennel.stats();
-    try std.testing.expectEqual(before.blocksLive(), freed.blocksLive());
-    try std.testing.expectEqual(before.block_bytes, freed.block_bytes);
-    // The freed blocks are free blocks of their class, in a page kept.
-    try std.testing.expect(freed.classes[size_class_of_24].blocks_free >= 1000);
-    if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.?, freed.requested_bytes.?);
+    try std.testing.expectEqual(before.blocksLive() + 1, freed.blocksLive());
+    try std.testing.expectEqual(before.block_bytes + 24, freed.block_bytes);
+    try std.testing.expect(sharing > 0);
+    try std.testing.expect(freed.classes[size_class_of_24].blocks_free >= sharing);
+    if (kennel.config.count_requested) try std.testing.expectEqual(before.requested_bytes.? + 24, freed.requested_bytes.?);
+    gpa.destroy(kept);
+    const emptied = kennel.stats();
+    try std.testing.expectEqual(before.blocksLive(), emptied.blocksLive());
+    try std.testing.expectEqual(before.block_bytes, emptied.block_bytes);
 }
 
 test "stats: huge blocks" {
