@@ -184,6 +184,9 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
     const jemalloc_lib = b.option([]const u8, "jemalloc", "Build the jemalloc benchmark binary, linking this library (libjemalloc.so.2)");
     const tcmalloc_lib = b.option([]const u8, "tcmalloc", "Build the tcmalloc benchmark binary, linking this library (libtcmalloc_minimal.so.4)");
     const with_hardening = b.option(bool, "bench-hardening", "Build the hardened benchmark binaries (make bench-secure)") orelse false;
+    // A full build of the benchmark binaries takes about ten minutes on two
+    // cores; an experiment on one allocator needs only its binary.
+    const only = b.option([]const []const u8, "bench-only", "Build only these benchmark binaries (e.g. kennel, glibc: the names after bench-)") orelse &.{};
     const bench_step = b.step("bench", "Build the benchmark binaries into zig-out/bench");
     const entries = [_]struct {
         name: []const u8,
@@ -230,6 +233,7 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
     bench_step.dependOn(&b.addInstallArtifact(launch, .{ .dest_dir = .{ .override = .{ .custom = "bench" } } }).step);
     for (entries) |entry| {
         if (!entry.enabled) continue;
+        if (only.len > 0 and !containsName(only, entry.name)) continue;
         const options = b.addOptions();
         options.addOption([]const u8, "allocator", entry.allocator);
         const kennel = kennelModule(b, target, .fast, entry.features, entry.single_threaded, false);
@@ -248,6 +252,11 @@ fn addBench(b: *std.Build, target: std.Build.ResolvedTarget) void {
         const exe = b.addExecutable(.{ .name = b.fmt("bench-{s}", .{entry.name}), .root_module = module });
         bench_step.dependOn(&b.addInstallArtifact(exe, .{ .dest_dir = .{ .override = .{ .custom = "bench" } } }).step);
     }
+}
+
+fn containsName(names: []const []const u8, name: []const u8) bool {
+    for (names) |n| if (std.mem.eql(u8, n, name)) return true;
+    return false;
 }
 
 /// Every configuration the tests run in. Release modes catch what
@@ -360,10 +369,7 @@ fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries, e
 }
 
 fn isForeignConfig(name: []const u8) bool {
-    for (foreign_test_configs) |foreign| {
-        if (std.mem.eql(u8, foreign, name)) return true;
-    }
-    return false;
+    return containsName(&foreign_test_configs, name);
 }
 
 /// Runs a test binary: natively, under qemu or wine (zig build -fqemu,
