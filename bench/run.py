@@ -741,9 +741,35 @@ def callgrind_instructions(cmd, env=None, options=()):
     return int(m.group(1)), int(pairs.group(1))
 
 
+def instructions_per_pair(cmd, n, repeats=1, env=None, options=()):
+    """The difference of two runs with n and 2n pairs, per pair (start-up
+    costs cancel out); the median of `repeats` such differences."""
+    figures = []
+    for _ in range(repeats):
+        one, pairs_one = callgrind_instructions(cmd + [str(n)], env, options)
+        two, pairs_two = callgrind_instructions(cmd + [str(2 * n)], env, options)
+        figures.append((two - one) / (pairs_two - pairs_one))
+    return figures
+
+
+def format_instructions(figures):
+    """One figure as is; several as their median and range."""
+    if len(figures) == 1:
+        return f"{figures[0]:.1f}"
+    return f"{statistics.median(figures):.1f} ({min(figures):.0f} to {max(figures):.0f})"
+
+
+# Large pairs set up and release a page each, and what kennel's purges do
+# there depends on the clock (decay periods, waits), which callgrind slows
+# about fifty times: a purge that falls in one run of a pair and not in
+# the other moves a difference by hundreds of instructions either way
+# (kennel: -295 per pair once, 6 to 121 in three tries minutes later,
+# 2026-11-27). So the large figure is the median of three, with the range.
+INSTR_REPEATS = {"small": 1, "medium": 1, "large": 3}
+
+
 def run_instructions(args, peers):
-    """Instructions per alloc+free pair, by size group: the difference of two
-    runs with n and 2n pairs per size, so start-up costs cancel out."""
+    """Instructions per alloc+free pair, by size group."""
     if not shutil.which("valgrind"):
         log("valgrind is not installed (apt-get install valgrind)")
         return 1
@@ -753,16 +779,13 @@ def run_instructions(args, peers):
     table = {}
     for a in allocators:
         for group in groups:
-            cmd = [binary("mt", a), "instr", group]
-            one, pairs_one = callgrind_instructions(cmd + [str(n)])
-            two, pairs_two = callgrind_instructions(cmd + [str(2 * n)])
-            per_pair = (two - one) / (pairs_two - pairs_one)
-            table[(a, group)] = per_pair
-            log(f"{a:10} {group:7} {per_pair:8.1f} instructions per pair")
+            figures = instructions_per_pair([binary("mt", a), "instr", group], n, INSTR_REPEATS[group])
+            table[(a, group)] = format_instructions(figures)
+            log(f"{a:10} {group:7} {table[(a, group)]:>8} instructions per pair")
     lines = ["| allocator | " + " | ".join(f"{g} (8 B-1 KiB)" if g == "small" else f"{g} ({'1-64 KiB' if g == 'medium' else '64 KiB-1 MiB'})" for g in groups) + " |",
              "| --- | " + " | ".join("---" for _ in groups) + " |"]
     for a in allocators:
-        lines.append(f"| {a} | " + " | ".join(f"{table[(a, g)]:.1f}" for g in groups) + " |")
+        lines.append(f"| {a} | " + " | ".join(table[(a, g)] for g in groups) + " |")
     cpu = f"; binaries built for {VALGRIND_CPU}" if VALGRIND_CPU else ""
     zig_title = ("Through std.mem.Allocator, from Zig (LIFO, every size of the group; includes the Allocator interface's own work and, "
                  "for the peers, the wrapper in bench/allocators.zig):")
@@ -803,9 +826,7 @@ def c_pair_instructions(args, peers):
              "program's loop):", "", "| allocator | instructions per malloc+free pair |", "| --- | --- |"]
     for a in allocators:
         env = preload_env(a, libraries)
-        one, pairs_one = callgrind_instructions([program, str(n)], env, options)
-        two, pairs_two = callgrind_instructions([program, str(2 * n)], env, options)
-        per_pair = (two - one) / (pairs_two - pairs_one)
+        per_pair, = instructions_per_pair([program], n, env=env, options=options)
         # A bump allocator counts 9 (8 in malloc, a return in free): fewer
         # means the toggles did not match the library's function names.
         if per_pair < 5:
