@@ -146,6 +146,18 @@ pub fn printStats(writer: *std.Io.Writer) std.Io.Writer.Error!void {
     if (sink.failed) return error.WriteFailed;
 }
 
+/// kennel's address layout, for code that reasons about where blocks lie
+/// (its tests, debuggers, tools reading statistics): segments are
+/// `segment_bytes` regions aligned to their size, cut into slices of
+/// `slice_bytes` (a small page is one slice), and a heap keeps up to
+/// `spare_segments_max` empty segments mapped for reuse.
+pub const layout = struct {
+    pub const segment_bytes = @import("segment.zig").segment_size_bytes;
+    pub const slice_bytes = @import("segment.zig").slice_bytes;
+    pub const small_page_bytes = @import("segment.zig").small_page_bytes;
+    pub const spare_segments_max = heap.spare_count_max;
+};
+
 /// How long the heap of a thread that ended is left for a new thread to
 /// take whole, before running threads that free into it absorb it.
 pub const orphan_grace_ms = thread.orphan_grace_ns / std.time.ns_per_ms;

@@ -82,10 +82,10 @@ fn freeChain(comptime T: type, chain: ?*T) void {
 
 fn outOfMemoryChild() !void {
     const headroom = 64 * 1024 * 1024;
-    // A heap keeps up to 16 empty segments of 4 MiB mapped for reuse
-    // (heap.spare_count_max): after the frees below they still take address
-    // space, so the limit leaves room for them beside the headroom.
-    const spares_bytes = 16 * 4 * 1024 * 1024;
+    // A heap keeps empty segments mapped for reuse: after the frees below
+    // they still take address space, so the limit leaves room for them
+    // beside the headroom.
+    const spares_bytes = kennel.layout.spare_segments_max * kennel.layout.segment_bytes;
     try limitAddressSpace(try addressSpaceBytes() + headroom + spares_bytes);
 
     // Small blocks until the OS says no: error.OutOfMemory, no crash.

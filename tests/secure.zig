@@ -204,7 +204,7 @@ test "hardened: a use after free of a large block faults after its size is alloc
 
 fn endOfSegmentGuard() void {
     const block = gpa.alloc(u8, 64) catch unreachable;
-    const segment_bytes = 4 * 1024 * 1024;
+    const segment_bytes = kennel.layout.segment_bytes;
     const segment_end = (@intFromPtr(block.ptr) & ~@as(usize, segment_bytes - 1)) + segment_bytes;
     const guard: *volatile u8 = @ptrFromInt(segment_end - 1);
     guard.* = 1;
@@ -222,7 +222,7 @@ test "hardened: guard pages end segments and huge blocks" {
     // come from unmapped address space)...
     const small = try gpa.alloc(u8, 64);
     defer gpa.free(small);
-    const segment_bytes = 4 * 1024 * 1024;
+    const segment_bytes = kennel.layout.segment_bytes;
     const segment_end = (@intFromPtr(small.ptr) & ~@as(usize, segment_bytes - 1)) + segment_bytes;
     try std.testing.expectEqualStrings("---p", try permissionsAt(segment_end - 1));
     const huge = try gpa.alloc(u8, 3 << 20);
@@ -283,13 +283,12 @@ fn underflowIntoHugeHeader() void {
 }
 
 fn segmentBase(ptr: [*]u8) usize {
-    const segment_bytes = 4 * 1024 * 1024;
-    return @intFromPtr(ptr) & ~@as(usize, segment_bytes - 1);
+    return @intFromPtr(ptr) & ~@as(usize, kennel.layout.segment_bytes - 1);
 }
 
 /// The first inaccessible kernel page of the segment's first slice.
 fn headerGuard(base: usize) ?usize {
-    const slice_bytes = 64 * 1024;
+    const slice_bytes = kennel.layout.slice_bytes;
     var page = base;
     while (page < base + slice_bytes) : (page += std.heap.pageSize()) {
         const permissions = permissionsAt(page) catch return null;
@@ -441,8 +440,8 @@ test "hardened: a run of writes from a medium block faults at its page's end" {
 /// a guard (every sixteenth slice: Segment.smallPageGuarded) to the end of
 /// the slice meets the guard.
 fn overflowGuardedSmallPage() void {
-    const slice_bytes = 64 * 1024;
-    const segment_bytes = 4 * 1024 * 1024;
+    const slice_bytes = kennel.layout.slice_bytes;
+    const segment_bytes = kennel.layout.segment_bytes;
     // Small pages take free slices wherever they are; within 1 Mi blocks
     // (above 700 slices, 11 segments) one lands on a guarded slice.
     const interval = 16;
@@ -463,7 +462,7 @@ test "hardened: a run of writes from a small block on every sixteenth slice faul
 }
 
 test "hardened: a released page leaves its guard closed, and a page set up over it opens it" {
-    const slice_bytes = 64 * 1024;
+    const slice_bytes = kennel.layout.slice_bytes;
     const page_size = std.heap.pageSize();
     if (!hardening.guard_pages or builtin.os.tag != .linux or page_size * 4 > slice_bytes) return error.SkipZigTest;
     // Two blocks of one large size, so two pages: freeing the first gives

@@ -39,7 +39,7 @@ test "stats: live blocks, bytes in blocks and requested bytes, exactly" {
     // aarch64 under qemu right after the crowd test; a page emptied whole
     // may leave the class at once.)
     const kept = blocks[blocks.len - 1];
-    const small_page_bytes = 64 * 1024;
+    const small_page_bytes = kennel.layout.small_page_bytes;
     var sharing: usize = 0;
     for (blocks[0 .. blocks.len - 1]) |b| {
         if (@intFromPtr(b) / small_page_bytes == @intFromPtr(kept) / small_page_bytes) sharing += 1;
@@ -152,7 +152,7 @@ test "stats: a large block shrunk in place gives back the rest of its last slice
     const after = kennel.stats();
     try std.testing.expectEqual(after.footprint_bytes, after.footprint_counted_bytes);
     const page = std.heap.pageSize();
-    const tail = 64 * 1024 - std.mem.alignForward(usize, 8 * 1024, page);
+    const tail = kennel.layout.slice_bytes - std.mem.alignForward(usize, 8 * 1024, page);
     try std.testing.expect(after.footprint_bytes + tail <= before.footprint_bytes);
     // The block still holds what was written to its first 70,000 bytes.
     for (block) |b| try std.testing.expectEqual(@as(u8, 7), b);
