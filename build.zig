@@ -449,9 +449,13 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
     cxx.has_side_effects = true;
     test_step.dependOn(&cxx.step);
 
+    // Real programs under LD_PRELOAD: the installed library, and the
+    // hardened one as users get it (ReleaseFast), which must raise no false
+    // alarm on programs that use the heap correctly.
     const preload = b.addSystemCommand(&.{"sh"});
     preload.addFileArg(b.path("tests/preload/run.sh"));
     preload.addArtifactArg(installed.shared);
+    preload.addArtifactArg(hardened_fast.shared);
     preload.has_side_effects = true;
     test_step.dependOn(&preload.step);
 }
