@@ -35,6 +35,9 @@
  *   - malloc returns memory aligned to alignof(max_align_t), 16 bytes.
  *   - malloc_usable_size(p) is the block's real capacity (>= the request);
  *     malloc_usable_size(NULL) is 0.
+ *   - On Linux, glibc's internal names __libc_malloc, __libc_free,
+ *     __libc_calloc, __libc_realloc, __libc_memalign, __libc_valloc,
+ *     __libc_pvalloc, __posix_memalign and cfree are the same functions.
  *
  * Misuse is not survived silently: free() or realloc() of a pointer kennel
  * did not return (a stack or static address, another allocator's memory,

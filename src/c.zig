@@ -72,6 +72,22 @@ comptime {
     exportBoth("mallopt", &mallopt);
     exportBoth("malloc_stats", &malloc_stats);
     exportBoth("malloc_info", &malloc_info);
+    // glibc's own names for its allocator, which programs and libraries
+    // that wrap or bypass malloc call directly: each must reach kennel
+    // too, or a block from __libc_malloc is glibc's and free() aborts on
+    // it as foreign (mimalloc and tcmalloc export the same set). cfree is
+    // glibc's old free, still exported for binaries linked against it.
+    if (replaces_malloc) {
+        @export(&malloc, .{ .name = "__libc_malloc" });
+        @export(&free, .{ .name = "__libc_free" });
+        @export(&free, .{ .name = "cfree" });
+        @export(&calloc, .{ .name = "__libc_calloc" });
+        @export(&realloc, .{ .name = "__libc_realloc" });
+        @export(&memalign, .{ .name = "__libc_memalign" });
+        @export(&valloc, .{ .name = "__libc_valloc" });
+        @export(&pvalloc, .{ .name = "__libc_pvalloc" });
+        @export(&posix_memalign, .{ .name = "__posix_memalign" });
+    }
     @export(&kn_stats, .{ .name = "kn_stats" });
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });
     @export(&kn_release_thread_memory, .{ .name = "kn_release_thread_memory" });

@@ -328,6 +328,46 @@ static void test_sized_and_prefixed(void) {
     kn_free_aligned_sized(q, 16, 16);
 }
 
+/* glibc's internal names, which kennel exports too: a block from any of
+   them must be kennel's (kn_malloc_usable_size and free abort on a
+   foreign one), and __libc_free must take kennel's blocks. */
+void *__libc_malloc(size_t size);
+void __libc_free(void *ptr);
+void *__libc_calloc(size_t count, size_t size);
+void *__libc_realloc(void *ptr, size_t size);
+void *__libc_memalign(size_t alignment, size_t size);
+void *__libc_valloc(size_t size);
+void *__libc_pvalloc(size_t size);
+int __posix_memalign(void **ptr, size_t alignment, size_t size);
+void cfree(void *ptr);
+
+static void test_glibc_internal_names(void) {
+    unsigned char *p = __libc_malloc(100);
+    CHECK(p && kn_malloc_usable_size(p) >= 100);
+    fill(p, 100, 7);
+    p = __libc_realloc(p, 5000);
+    CHECK(p && intact(p, 100, 7));
+    free(p);
+    int *c = __libc_calloc(10, sizeof(int));
+    CHECK(c && c[9] == 0);
+    cfree(c);
+    void *q = malloc(64);
+    __libc_free(q);
+    q = __libc_memalign(256, 10);
+    CHECK(q && aligned(q, 256) && kn_malloc_usable_size(q) >= 10);
+    free(q);
+    q = __libc_valloc(1);
+    CHECK(q && aligned(q, 4096));
+    free(q);
+    q = __libc_pvalloc(1);
+    CHECK(q && aligned(q, 4096));
+    free(q);
+    CHECK(__posix_memalign(&q, 64, 100) == 0 && aligned(q, 64));
+    CHECK(kn_malloc_usable_size(q) >= 100);
+    free(q);
+    CHECK(__posix_memalign(&q, three, 100) == EINVAL);
+}
+
 static void test_served_by_kennel(void) {
     struct kn_stats before, after;
     kn_stats(&before);
@@ -352,6 +392,7 @@ int main(int argc, char **argv) {
     test_realloc();
     test_alignment();
     test_sized_and_prefixed();
+    test_glibc_internal_names();
     test_served_by_kennel();
     printf("conformance: all checks passed\n");
     return 0;
