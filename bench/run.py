@@ -11,7 +11,7 @@ own process, several times with the allocators interleaved (A B C A B C
 - C workloads (bench/c/, built with gcc -O2), run under LD_PRELOAD for
   kennel, mimalloc, jemalloc and tcmalloc, and for glibc with the C library
   itself preloaded;
-- real programs (python3, lua5.4, redis) under LD_PRELOAD the same way.
+- real programs (python3, lua5.4, g++, redis) under LD_PRELOAD the same way.
 
 For every run it records wall time, peak RSS, and from wait4's rusage the
 user time, system time and minor page faults (the kernel's share of an
@@ -284,6 +284,13 @@ def preload_programs(scale):
         programs.append(("python3 (allocation-heavy script)", lambda env: launch([python, os.path.join(ROOT, "tests/preload/alloc_heavy.py")], env)))
     if lua:
         programs.append(("lua5.4 (table-heavy script)", lambda env: launch([lua, os.path.join(ROOT, "tests/preload/tables.lua")], env)))
+    gxx = shutil.which("g++")
+    if gxx:
+        # A compiler: GCC's C++ front end and optimizer over a source that
+        # pulls in the standard containers' headers (cc1plus allocates
+        # through malloc, beside its own garbage-collected pages).
+        source = os.path.join(ROOT, "tests/preload/cxx.cpp")
+        programs.append(("g++ (compiling a C++ file, -O2)", lambda env: launch([gxx, "-O2", "-std=c++17", "-c", source, "-o", os.devnull], env)))
     if shutil.which("redis-server") and shutil.which("redis-benchmark") and shutil.which("redis-cli"):
         requests = max(10000, int(100000 * scale))
         programs.append((f"redis-server ({requests} requests x 6 commands)", lambda env: run_redis(env, requests)))
@@ -843,7 +850,7 @@ def main():
     parser.add_argument("--runs", type=int, help="runs per workload and allocator (default 5, quick 1)")
     parser.add_argument("--scale", type=float, help="work multiplier (default 1.0, quick 0.3)")
     parser.add_argument("--only", help="comma-separated workloads of any section: Zig (symmetric, ...), C (large_buffers, ...), "
-                        "real programs (python3, lua5.4, redis)")
+                        "real programs (python3, lua5.4, g++, redis)")
     parser.add_argument("--allocators", help="comma-separated allocators (kennel always runs)")
     parser.add_argument("--instr", action="store_true", help="instruction counts with callgrind instead")
     parser.add_argument("--no-build", action="store_true")
