@@ -439,13 +439,16 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
 
     // C++ programs built with the system g++ (libstdc++), each linked with
     // the checked shared and static libraries, the hardened one and the
-    // installed (ReleaseFast) one.
+    // installed (ReleaseFast) one; and a C++ plugin loaded with
+    // dlopen(RTLD_LOCAL) under each shared one preloaded.
     const cxx = b.addSystemCommand(&.{"sh"});
     cxx.addFileArg(b.path("tests/c/cxx.sh"));
     cxx.addDirectoryArg(b.path("include"));
     for ([_]*std.Build.Step.Compile{ checked.shared, checked.static, hardened.shared, installed.shared }) |library| cxx.addArtifactArg(library);
     cxx.addFileInput(b.path("tests/c/cxx.cpp"));
     cxx.addFileInput(b.path("tests/c/cxx_replace.cpp"));
+    cxx.addFileInput(b.path("tests/c/cxx_plugin.cpp"));
+    cxx.addFileInput(b.path("tests/c/cxx_plugin_host.c"));
     cxx.has_side_effects = true;
     test_step.dependOn(&cxx.step);
 

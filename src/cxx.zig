@@ -251,9 +251,17 @@ const Scope = enum(usize) {
     after_kennel = std.math.maxInt(usize),
 };
 
+/// The C++ runtimes' shared objects, for a runtime that `Scope` cannot
+/// see: one a plugin brought in with dlopen(RTLD_LOCAL) (how Python loads
+/// its extension modules, for one), whose C++ code still calls kennel's
+/// operator new, since kennel is in the global scope.
+const runtime_libraries = [_][:0]const u8{ "libstdc++.so.6", "libc++.so.1" };
+
 /// A function of the C++ runtime, found by name when first needed (a
 /// runtime loaded later with dlopen is found too) and remembered once
-/// found. The first name that resolves wins.
+/// found. The first name that resolves wins: in `scope`, then in a runtime
+/// library already loaded anywhere (RTLD_NOLOAD loads nothing; the handle
+/// it returns keeps that library loaded, so the address stays valid).
 fn RuntimeFunction(comptime F: type, comptime scope: Scope, comptime names: []const [:0]const u8) type {
     return struct {
         var address: std.atomic.Value(usize) = .init(0);
@@ -265,12 +273,23 @@ fn RuntimeFunction(comptime F: type, comptime scope: Scope, comptime names: []co
             const known = address.load(.acquire);
             if (known != 0) return @ptrFromInt(known);
             inline for (names) |name| {
-                if (std.c.dlsym(@ptrFromInt(@backingInt(scope)), name)) |found| {
-                    address.store(@intFromPtr(found), .release);
-                    return @ptrFromInt(@intFromPtr(found));
+                if (std.c.dlsym(@ptrFromInt(@backingInt(scope)), name)) |found| return remember(found);
+            }
+            inline for (runtime_libraries) |library| {
+                if (std.c.dlopen(library, .{ .LAZY = true, .NOLOAD = true })) |handle| {
+                    // Looked up from the runtime's own handle, so that
+                    // kennel's definitions are not found (`after_kennel`).
+                    inline for (names) |name| {
+                        if (std.c.dlsym(handle, name)) |found| return remember(found);
+                    }
                 }
             }
             return null;
+        }
+
+        fn remember(found: *anyopaque) *const F {
+            address.store(@intFromPtr(found), .release);
+            return @ptrCast(@alignCast(found));
         }
     };
 }
