@@ -558,8 +558,9 @@ fn onOff(on: bool) []const u8 {
 /// Hardened: a SIGSEGV handler that names kennel's guard pages, zero-size
 /// blocks and guarded freed large blocks. Installed
 /// at load only if the program has none yet (a program's own handler,
-/// installed later, replaces it). A fault elsewhere goes on as if the
-/// handler did not exist: default action, re-raised.
+/// installed later, replaces it). A fault elsewhere, or a SIGSEGV another
+/// process or thread sent, goes on as if the handler did not exist: default
+/// action, re-raised.
 const guard_handler = struct {
     fn install() void {
         var old: std.c.Sigaction = undefined;
@@ -578,6 +579,14 @@ const guard_handler = struct {
     }
 
     fn onFault(_: std.c.SIG, info: *const std.c.siginfo_t, _: ?*anyopaque) callconv(.c) void {
+        // A SIGSEGV sent by kill, tgkill or raise (si_code SI_USER or
+        // below) names no faulting address, and returning re-runs nothing:
+        // send it again, now with the default action (SA_RESETHAND), to be
+        // taken as soon as the handler returns and unblocks it.
+        if (info.code <= 0) {
+            _ = std.c.raise(.SEGV);
+            return;
+        }
         const address = @intFromPtr(info.fields.sigfault.addr);
         if (check.guardHit(address)) |base| {
             os.fatal("heap overflow: access to the guard page at 0x{x} (in the kennel mapping at 0x{x})", .{ address, base });

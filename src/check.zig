@@ -7,11 +7,14 @@
 //!   segment header, so a foreign pointer is rejected before anything
 //!   behind it is read; the page must be in use; the pointer must be the
 //!   start of a block handed out at least once (by a multiply, not a
-//!   divide), or lie in a page that hands out over-aligned blocks.
+//!   divide), or the over-aligned address inside one, which its block's
+//!   first word names (`alignedTag`, written when it is handed out).
 //! - Double frees, fast C library: a free writes a mark (the page's
 //!   address) into the block's second word, and allocation clears it, so a
 //!   second free of a block still free is seen (unless the program
-//!   overwrote the mark meanwhile).
+//!   overwrote the mark meanwhile). Blocks linked into a free list without
+//!   ever being handed out carry the mark too (page.extend), so a free of
+//!   one is caught as well.
 //! - The fast C library's free (`freeableInOwn`) makes the same checks in
 //!   one pass with the lookups the free needs, for a pointer into the
 //!   segment its thread freed into last (known listed and owned, so the map
@@ -77,8 +80,23 @@ const scrubs = config.hardening.zero_freed or config.hardening.guard_freed_large
 /// mark is no pointer to a block a program may keep in the word; and free
 /// has the address at hand, where a constant would take an instruction to
 /// load.
-inline fn freedMark(page: *const Page) usize {
+pub inline fn freedMark(page: *const Page) usize {
     return @intFromPtr(page);
+}
+
+/// Whether blocks carry the fast C library's freed mark (`freedMark`):
+/// pointers are validated, without the hardened live map, and not under
+/// memcheck (which leaves the check to `markFreed`).
+pub const marks_freed = config.validate_frees and !config.hardening.check_frees and !config.valgrind;
+
+/// What the first word of a block holds while the block is handed out at
+/// `ptr`, an address inside it (over-aligned): that word lies before `ptr`,
+/// where the program does not write, and `validate` accepts an interior
+/// pointer only if the word names it. A multiply mixes the address, so the
+/// tag is no value a program keeps in its blocks by chance.
+inline fn alignedTag(ptr: [*]const u8) usize {
+    const mixer: usize = if (@bitSizeOf(usize) == 64) 0x9e3779b97f4a7c15 else 0x9e3779b9;
+    return @intFromPtr(ptr) *% mixer;
 }
 
 /// A block's word and bit in its segment's block map (hardened), and the
@@ -172,6 +190,10 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
         if (@atomicLoad(page_mod.BlockCount, &segment.pages[0].used, .monotonic) != 1) doubleFree(function, ptr);
         return .{ .block = @ptrCast(@alignCast(ptr)), .page = undefined, .usable = Heap.usableSize(ptr), .huge = segment, .live = undefined };
     }
+    // The map was asked about the address one byte lower (a huge block may
+    // start a segment's length into its mapping): a pointer just past a
+    // segment of pages lies in the next one, which is no block.
+    if (address - @intFromPtr(segment) >= segment_mod.segment_size_bytes) invalid(function, ptr, "not allocated by kennel");
     // Monotonic: the page of a live block was set up before the block was
     // handed out, which happened before the caller got the pointer.
     const free_slices = Segment.loadMaskRelaxed(&segment.free_mask);
@@ -183,7 +205,6 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     const capacity = @atomicLoad(page_mod.BlockCount, &page.capacity, .monotonic);
     if (offset >= @as(usize, capacity) * page.block_size) invalid(function, ptr, "not a block kennel handed out");
     const start = size_class.blockIndex(page.class, offset) * page.block_size;
-    if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
     const block: *Words = @ptrCast(@alignCast(page.area + start));
     const checked: Checked = .{
         .block = block,
@@ -201,6 +222,16 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
         // (Under memcheck the word may be the program's uninitialized data:
         // the check is left to markFreed, and to memcheck.)
         doubleFree(function, ptr);
+    }
+    // After the double-free checks, so that a second free of an
+    // over-aligned block, whose tag its first free overwrote, is named as
+    // one. The tag is read only in a page that hands out such blocks.
+    if (start != offset) {
+        if (!page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
+        memcheck.wordAccess(&block[0]);
+        const tagged = block[0] == alignedTag(ptr);
+        memcheck.wordDone(&block[0]);
+        if (!tagged) invalid(function, ptr, "points into the middle of a block");
     }
     return checked;
 }
@@ -246,7 +277,21 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
     if (config.hardening.canary) {
         if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + Heap.usableSize(ptr));
     }
+    if (config.validate_frees and alignment > segment_mod.block_align_max_bytes) tagAligned(ptr, alignment);
     if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
+}
+
+/// An over-aligned block handed out at `ptr` inside it: its first word, in
+/// the padding before `ptr`, names `ptr` for `validate` (after the zero
+/// check of `reuse`, which leaves that word out).
+fn tagAligned(ptr: [*]u8, alignment: usize) void {
+    const block = blockOf(ptr, alignment);
+    if (@intFromPtr(block) == @intFromPtr(ptr)) return;
+    // Blocks start at multiples of 8: the padding holds a word.
+    assert(@intFromPtr(ptr) - @intFromPtr(block) >= @sizeOf(usize));
+    memcheck.wordAccess(&block[0]);
+    defer memcheck.wordDone(&block[0]);
+    block[0] = alignedTag(ptr);
 }
 
 /// A block is handed out (zero_freed, guard_freed_large): a large one's
@@ -454,5 +499,8 @@ fn invalid(comptime function: []const u8, ptr: [*]u8, comptime why: []const u8) 
 }
 
 fn doubleFree(comptime function: []const u8, ptr: [*]u8) noreturn {
-    os.fatal(function ++ "(): double free of 0x{x}", .{@intFromPtr(ptr)});
+    // The freed mark is also on blocks linked but never handed out (see
+    // page.extend), so the fast library cannot tell those two apart.
+    const also = if (marks_freed) " (the block is free: freed before, or never handed out)" else "";
+    os.fatal(function ++ "(): double free of 0x{x}" ++ also, .{@intFromPtr(ptr)});
 }

@@ -42,6 +42,7 @@ const config = @import("config.zig");
 const secure = @import("secure.zig");
 const os = @import("os.zig");
 const memcheck = @import("memcheck.zig");
+const check = @import("check.zig");
 
 /// A free block: its first word links to the next free block. The word is
 /// an address, or with encoded lists (secure.zig) an encoding of one; read
@@ -204,6 +205,13 @@ pub const Page = extern struct {
         const block_size: usize = page.block_size;
         const count = @min(page.reserved - page.capacity, @max(1, extend_bytes_max / block_size));
         const first = page.area + page.capacity * block_size;
+        // The fast C library marks these blocks free, as a free would: a
+        // free of one before it is handed out is then caught (check.zig).
+        // (C rounds every request to 16 bytes, so its blocks hold the mark.)
+        if (check.marks_freed and block_size >= check.block_bytes_min) {
+            const mark = check.freedMark(page);
+            for (0..count) |i| @as(*check.Words, @ptrCast(@alignCast(first + i * block_size)))[1] = mark;
+        }
         // Link in address order, so a fresh page is used front to back.
         var block: *Block = @ptrCast(@alignCast(first));
         for (1..count) |_| {

@@ -180,6 +180,57 @@ static void free_huge_middle(void) {
     free(p + (5 << 20));
 }
 
+static void free_linked_never_handed_out(void) {
+    /* A fresh page links a 4 KiB run of small blocks into its free list at
+       once: the block after the first one handed out is free and was never
+       handed out. (Hardened, the canary's bytes lie between: the pointer is
+       inside the first block.) */
+    char *p = malloc(48);
+    announce(p + malloc_usable_size(p));
+    free(p + malloc_usable_size(p));
+}
+
+/* An over-aligned block is handed out at an address inside its block. */
+static void free_interior_aligned_block(void) {
+    char *p = aligned_alloc(8192, 100);
+    announce(p + 16);
+    free(p + 16);
+}
+
+/* The page that holds an over-aligned block holds plain ones of the same
+   class too (8192 + 100 bytes and 9000 bytes: one class): their interior
+   pointers are no over-aligned blocks. */
+static void free_interior_in_aligned_page(void) {
+    char *a = aligned_alloc(8192, 100);
+    char *q = malloc(9000);
+    if (a == NULL || q == NULL) _exit(2);
+    announce(q + 100);
+    free(q + 100);
+}
+
+static void double_free_aligned(void) {
+    char *p = aligned_alloc(8192, 100);
+    free(p);
+    announce(p);
+    free(p);
+}
+
+/* The address just past a segment of pages (segments are 4 MiB, aligned
+   to their size): the map is asked about the byte below it, which is the
+   segment's. */
+static void free_past_segment(void) {
+    char *p = malloc(100);
+    char *past = (char *)(((uintptr_t)p & ~(uintptr_t)((4 << 20) - 1)) + (4 << 20));
+    announce(past);
+    free(past);
+}
+
+/* A SIGSEGV that another thread or process sends: the hardened library's
+   guard handler must not swallow it. */
+static void raise_segv(void) {
+    raise(SIGSEGV);
+}
+
 /* ---- The same after a free into the same segment ------------------------
 
    The fast library remembers the segment each thread last freed into and
@@ -202,6 +253,11 @@ static void free_misaligned_warm(void) {
 static void free_never_handed_out_warm(void) {
     warm(3000);
     free_never_handed_out();
+}
+
+static void free_linked_never_handed_out_warm(void) {
+    warm(48);
+    free_linked_never_handed_out();
 }
 
 static void free_static_warm(void) {
@@ -584,9 +640,16 @@ static const struct fault faults[] = {
     {"free(never handed out)", free_never_handed_out, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
     {"free(foreign mapping)", free_foreign_mapping, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"free(huge middle)", free_huge_middle, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"free(linked, never handed out)", free_linked_never_handed_out, ABORT_NAMING, ABORT_NAMING, "never handed out", "middle of a block"},
+    {"free(interior of aligned block)", free_interior_aligned_block, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(interior, aligned page)", free_interior_in_aligned_page, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"double free of aligned block", double_free_aligned, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"free(just past a segment)", free_past_segment, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
+    {"SIGSEGV sent by raise()", raise_segv, SEGV, SEGV, NULL, NULL},
     {"free(interior), warm", free_interior_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(misaligned), warm", free_misaligned_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(never handed out), warm", free_never_handed_out_warm, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
+    {"free(linked, never handed out), warm", free_linked_never_handed_out_warm, ABORT_NAMING, ABORT_NAMING, "never handed out", "middle of a block"},
     {"free(static), warm", free_static_warm, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"double free, warm", double_free_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"double free, 2 threads, warm", double_free_two_threads_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
