@@ -359,35 +359,70 @@ pub const Page = extern struct {
     /// announces the page: `notify(context, page)` runs after the push,
     /// under the `notifying` bit, which keeps the owner from freeing the
     /// page until the announcement is done.
+    ///
+    /// The first block onto an empty stack of a page not seen full also
+    /// takes the bit, and looks at the flag again after the push: the owner
+    /// parks a page (Heap.parkFull) by writing `in_full` and then reading
+    /// this word, so a look before our push may miss the flag while the
+    /// owner's read misses the push, and the page would wait in the full
+    /// queue with free blocks and no announcement. Written, then read, on
+    /// both sides, one of the two sees the other. Pushes made while the bit
+    /// is held leave announcing to its holder, which looks at the word
+    /// again before it lets the bit go.
     pub fn pushThreadFree(page: *Page, block: *Block, context: anytype, comptime notify: fn (@TypeOf(context), *Page) void) void {
         comptime assert(!builtin.single_threaded);
         // Monotonic: the value only seeds the CAS loop below.
         var old = page.thread_free.load(.monotonic);
         var announce = false;
+        var look_again = false;
         while (true) {
             const count = (old >> count_shift) + 1;
             assert(count <= page.reserved);
             const top = decodeTop(page, old);
-            // Only one announcement at a time; one in flight covers ours
-            // (the owner re-checks a page it finds notifying).
-            announce = old & notifying_bit == 0 and
-                ((top == null and page.loadFlags().in_full) or
-                    // Monotonic: the owner's own collect or allocation may
-                    // race; both only happen on a page it is using, and
-                    // its current page needs no announcement at all.
-                    (count == @atomicLoad(BlockCount, &page.used, .monotonic) and !page.isCurrent()));
+            // Only one holder of the bit at a time; it covers our push (the
+            // owner re-checks a page it finds notifying, and a holder that
+            // looks again sees our count).
+            const idle = old & notifying_bit == 0;
+            announce = idle and ((top == null and page.loadFlags().in_full) or lastBlockBack(page, count));
+            look_again = idle and top == null and !announce;
             block.setNext(top);
-            const new = (count << count_shift) | encodeTop(page, block) | (old & notifying_bit) | (if (announce) notifying_bit else 0);
+            const new = (count << count_shift) | encodeTop(page, block) | (old & notifying_bit) |
+                (if (announce or look_again) notifying_bit else 0);
             // SeqCst on success: publishes the block and its contents to the
             // owner's acquire, and orders against the owner's SeqCst store
             // of `in_full` followed by its load of this word (parkFull).
-            old = page.thread_free.cmpxchgWeak(old, new, .seq_cst, .monotonic) orelse break;
+            if (page.thread_free.cmpxchgWeak(old, new, .seq_cst, .monotonic)) |seen| {
+                old = seen;
+            } else {
+                old = new;
+                break;
+            }
+        }
+        if (look_again) {
+            // Bounded by the pushes other threads make meanwhile (each
+            // failed CAS saw one, or the owner's collect).
+            while (true) {
+                // SeqCst: the read half of the handshake with parkFull.
+                announce = page.loadFlags().in_full or lastBlockBack(page, old >> count_shift);
+                if (announce) break;
+                // Release: as the release below (no announcement was made).
+                old = page.thread_free.cmpxchgWeak(old, old & ~notifying_bit, .release, .monotonic) orelse return;
+            }
         }
         if (!announce) return;
         notify(context, page);
         // Release: the announcement's writes happen before the owner, which
         // acquires this word, may free the page. Keeps the stack intact.
         _ = page.thread_free.fetchAnd(~notifying_bit, .release);
+    }
+
+    /// Whether `pending` blocks waiting on the stack are all the page's
+    /// blocks in use, on a page the owner is not allocating from (its
+    /// current page needs no announcement).
+    inline fn lastBlockBack(page: *const Page, pending: usize) bool {
+        // Monotonic: the owner's own collect or allocation may race; both
+        // only happen on a page it is using.
+        return pending == @atomicLoad(BlockCount, &page.used, .monotonic) and !page.isCurrent();
     }
 
     /// The top block's field of `thread_free` for `block`.
