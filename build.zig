@@ -415,6 +415,8 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
         .{ .name = "faults", .library = hardened_fast.shared, .args = &.{"secure"} },
         .{ .name = "stats", .library = checked.shared },
         .{ .name = "threads", .library = checked.shared },
+        .{ .name = "remote", .library = checked.shared, .args = &.{"fast"} },
+        .{ .name = "remote", .library = hardened.shared, .args = &.{"secure"} },
     };
     for (programs) |program| {
         const run = b.addRunArtifact(cTestProgram(b, target, program.name, program.library));

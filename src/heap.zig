@@ -1043,6 +1043,27 @@ pub const Heap = struct {
     fn collectFreePages(heap: *Heap) void {
         heap.processNotices();
         heap.releaseRetained();
+        heap.collectQueues();
+    }
+
+    /// After taking in an ended thread's heap (thread.zig): processes the
+    /// notices and frees every page that is entirely free, announced or not.
+    /// A page whose last blocks came back by this thread's own frees after
+    /// other threads' remote ones is never announced (a remote free
+    /// announces only the last block), and announced pages wait for an
+    /// allocation that misses its page: a thread that takes in heap after
+    /// heap by freeing into them (a consumer of short-lived producers'
+    /// blocks) may make none, and each heap it took in would add its pages
+    /// to the wait, without bound. Taking a heap in walks that heap's pages
+    /// anyway; this walks ours too, once per heap taken in.
+    pub fn collectAfterAbsorbing(heap: *Heap) void {
+        heap.processNotices();
+        heap.collectQueues();
+    }
+
+    /// Frees the entirely free pages of every queue, but those kept as
+    /// their class's only page.
+    fn collectQueues(heap: *Heap) void {
         for (&heap.queues) |*queue| heap.collectQueue(queue);
         heap.collectQueue(&heap.full);
     }
@@ -1055,7 +1076,7 @@ pub const Heap = struct {
             assert(steps > 0);
             steps -= 1;
             it = page.next;
-            if (page.isEntirelyFree()) _ = heap.freePage(page);
+            if (page.isEntirelyFree() and !page.retained) _ = heap.freePage(page);
         }
     }
 

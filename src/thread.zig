@@ -668,6 +668,7 @@ fn absorbClaimed(heap: *Heap, other: *Heap) void {
     heap.absorb(other);
     // The ended thread's quarantine: its blocks are free now.
     if (config.hardening.quarantine) quarantine.flush(other);
+    heap.collectAfterAbsorbing();
     const owner: Owner = @bitCast(other.owner.load(.monotonic));
     assert(owner.state == .claimed);
     // SeqCst: releases the emptied shell to the next thread that takes it,
