@@ -407,7 +407,8 @@ pub const Heap = struct {
             if (heap.findPageInQueue(class)) |page| return page;
             if (heap.takeFreeSpan(slices)) |page| return heap.installPage(page, class);
         }
-        const segment = heap.takePooled(.any) orelse Segment.create(heap) orelse return null;
+        const segment = heap.takePooled(.any) orelse Segment.create(heap) orelse
+            (if (heap.releaseMappings()) Segment.create(heap) else null) orelse return null;
         heap.addSegment(segment);
         // An empty segment holds a run for any page.
         const choice = segment.choose(slices) orelse unreachable;
@@ -872,6 +873,28 @@ pub const Heap = struct {
         const keep: usize = if (heap.segment_count > 0) 0 else 1;
         // Bounded: spare_count_max spares at most.
         while (heap.spares.count > keep) heap.giveAway(heap.spares.pop().?);
+    }
+
+    /// The OS refused a mapping: unmaps what this heap keeps mapped for
+    /// reuse (its cached huge mappings, and its spare segments, given to
+    /// the pool) and the pool, whose address space may be what a limit
+    /// lacks (RLIMIT_AS, or a 32-bit space that is full). Returns whether
+    /// anything went, so that the caller maps once more. Called where no
+    /// cache or spare list is being walked.
+    pub fn releaseMappings(heap: *Heap) bool {
+        // Hardened: blocks waiting in the quarantine keep their pages, and
+        // so their segments, in use; freed, empty segments become spares.
+        const held = if (config.hardening.quarantine) quarantine.heldCount(heap) else 0;
+        if (held > 0) quarantine.flush(heap);
+        const cached = heap.huge_cache.len;
+        // Cached mappings count whole in the free bytes (cacheChanged).
+        heap.dirty_bytes -= heap.huge_cache.release(heap.huge_cache.bytes, null);
+        const spares = heap.spares.count;
+        // Bounded: spare_count_max spares at most.
+        while (heap.spares.pop()) |spare| heap.giveAway(spare);
+        purge.changed(heap);
+        const pooled = pool.release();
+        return held > 0 or cached > 0 or spares > 0 or pooled;
     }
 
     /// The huge cache changed from `before` bytes (huge.zig): account for it.

@@ -595,7 +595,8 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
         }
     }
     purge.makeRoom(heap, mapping);
-    const base = mapGuarded(mapping, alignment) orelse return null;
+    const base = mapGuarded(mapping, alignment) orelse
+        (if (heap.releaseMappings()) mapGuarded(mapping, alignment) else null) orelse return null;
     const thp = wantsHugePages(mapping);
     if (thp) os.adviseHugePages(base, mapping);
     if (!segment_mod.segment_map.add(@ptrCast(base))) {

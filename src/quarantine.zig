@@ -129,6 +129,13 @@ pub fn hold(ptr: [*]u8) void {
     heap.quarantine.small.hold(&heap.random, ptr, bytes);
 }
 
+/// Blocks waiting in `heap`'s quarantine.
+pub fn heldCount(heap: *const Heap) usize {
+    comptime assert(config.hardening.quarantine);
+    const large: usize = if (holds_large) heap.quarantine.large.count else 0;
+    return heap.quarantine.small.count + large;
+}
+
 /// Frees every block waiting in `heap`'s quarantine: its thread gives the
 /// heap up (the blocks must not stay live with no one to free them).
 /// Also called by a thread absorbing the heap of one that ended (the calling

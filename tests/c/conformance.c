@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kennel.h"
@@ -111,6 +113,60 @@ static void test_out_of_memory(void) {
     void *q = NULL;
     CHECK(posix_memalign(&q, 64, size_max - 100) == ENOMEM && q == NULL);
     free(p);
+}
+
+/* The address space in use, from /proc/self/status (VmSize, in KiB). */
+static size_t address_space_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK(f != NULL);
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmSize:", 7) == 0) kib = (size_t)atol(line + 7);
+    fclose(f);
+    CHECK(kib > 0);
+    return kib << 10;
+}
+
+/* Under a limit on address space (RLIMIT_AS, or a full 32-bit space), an
+   allocation the OS refuses must first have kennel unmap what it keeps
+   mapped for reuse: a freed huge block's cached mapping, empty segments.
+   Before, only the shared pool was unmapped, and malloc returned NULL with
+   40 + 40 MiB of freed memory still mapped. In a child: the limit is the
+   process's. */
+static void test_address_space_limit(void) {
+    const size_t mib = (size_t)1 << 20;
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        size_t limit = address_space_bytes() + 600 * mib;
+        struct rlimit rl = {limit, limit};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
+        unsigned char *live = malloc(300 * mib);
+        if (live == NULL) _exit(3);
+        memset(live, 1, 300 * mib);
+        unsigned char *freed = malloc(40 * mib);
+        if (freed == NULL) _exit(4);
+        memset(freed, 2, 40 * mib);
+        free(freed);
+        unsigned char *blocks[40];
+        for (int i = 0; i < 40; i++) {
+            blocks[i] = malloc(mib);
+            if (blocks[i] == NULL) _exit(5);
+            memset(blocks[i], 3, mib);
+        }
+        for (int i = 0; i < 40; i++) free(blocks[i]);
+        unsigned char *big = malloc(270 * mib);
+        if (big == NULL) _exit(6);
+        memset(big, 4, 270 * mib);
+        free(big);
+        _exit(live[300 * mib - 1] == 1 ? 0 : 7);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fprintf(stderr, "address space limit: child status %d\n", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 static void test_calloc(void) {
@@ -385,6 +441,7 @@ int main(int argc, char **argv) {
     CHECK(argc == 2 && (strcmp(argv[1], "fast") == 0 || strcmp(argv[1], "secure") == 0));
     test_malloc_free();
     test_out_of_memory();
+    test_address_space_limit();
     test_calloc();
     int fast = strcmp(argv[1], "fast") == 0;
     if (fast) test_calloc_sparse();
