@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fatal_check.h"
 #include "kennel.h"
 
 /* C23; glibc 2.36's headers do not declare them yet. */
@@ -34,14 +35,6 @@ static volatile size_t size_max = SIZE_MAX, two = 2, two_to_33 = (size_t)1 << 33
    its call (LLVM does): failures go through this volatile sink. */
 static void *volatile sink;
 #define FAILS_WITH(call, code) ((sink = (call)) == NULL && errno == (code))
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
 
 static int aligned(const void *p, size_t alignment) {
     return ((uintptr_t)p & (alignment - 1)) == 0;

@@ -29,15 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fatal_check.h"
 #include "kennel.h"
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
 
 /* ---- consumers ------------------------------------------------------------ */
 
