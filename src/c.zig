@@ -109,18 +109,18 @@ fn malloc(size: usize) callconv(.c) ?*anyopaque {
     if (!config.fused_free) {
         if (config.hardening.zero_size and size == 0) return zeroSize();
         const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
-        check.afterAlloc(ptr, null, max_align_bytes, false);
+        if (!check.afterAlloc(ptr, null, max_align_bytes, false)) return outOfMemory();
         return ptr;
     }
     // The fast library: a pop, or a tail call, so that no stack is set up.
     const ptr = thread.current().allocDirect(size, max_align_bytes) orelse return mallocSlow(size);
-    check.afterAlloc(ptr, null, max_align_bytes, false);
+    if (!check.afterAlloc(ptr, null, max_align_bytes, false)) return outOfMemory();
     return ptr;
 }
 
 noinline fn mallocSlow(size: usize) ?*anyopaque {
     const ptr = thread.current().allocSlow(size, max_align_bytes) orelse return outOfMemory();
-    check.afterAlloc(ptr, null, max_align_bytes, false);
+    if (!check.afterAlloc(ptr, null, max_align_bytes, false)) return outOfMemory();
     return ptr;
 }
 
@@ -167,7 +167,7 @@ fn releaseZeroSize(p: [*]u8, comptime function: []const u8) void {
 fn zeroSize() ?*anyopaque {
     return secure.zeroSizeBlock() orelse {
         const ptr = Heap.alloc(check.c_tail_bytes, max_align_bytes) orelse return outOfMemory();
-        check.afterAlloc(ptr, null, max_align_bytes, false);
+        if (!check.afterAlloc(ptr, null, max_align_bytes, false)) return outOfMemory();
         return ptr;
     };
 }
@@ -181,12 +181,12 @@ fn calloc(count: usize, size: usize) callconv(.c) ?*anyopaque {
         // Memcheck must know the block before kennel clears it: a reused
         // block is inaccessible to everyone until then.
         const ptr = Heap.alloc(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
-        check.afterAlloc(ptr, null, max_align_bytes, false);
+        if (!check.afterAlloc(ptr, null, max_align_bytes, false)) return outOfMemory();
         @memset(ptr[0..len], 0);
         return ptr;
     }
     const ptr = Heap.allocZeroed(check.cRequest(len) orelse return outOfMemory(), max_align_bytes) orelse return outOfMemory();
-    check.afterAlloc(ptr, null, max_align_bytes, true);
+    if (!check.afterAlloc(ptr, null, max_align_bytes, true)) return outOfMemory();
     return ptr;
 }
 
@@ -229,7 +229,7 @@ fn posix_memalign(result: *?*anyopaque, alignment: usize, size: usize) callconv(
     if (!isPowerOfTwo(alignment) or alignment % @sizeOf(*anyopaque) != 0) return errorCode(.INVAL);
     const a = @max(alignment, max_align_bytes);
     const ptr = Heap.alloc(check.cRequest(size) orelse return errorCode(.NOMEM), a) orelse return errorCode(.NOMEM);
-    check.afterAlloc(ptr, null, a, false);
+    if (!check.afterAlloc(ptr, null, a, false)) return errorCode(.NOMEM);
     result.* = ptr;
     return 0;
 }
@@ -483,7 +483,7 @@ fn isPowerOfTwo(x: usize) bool {
 
 fn allocAligned(alignment: usize, size: usize) ?*anyopaque {
     const ptr = Heap.alloc(check.cRequest(size) orelse return outOfMemory(), alignment) orelse return outOfMemory();
-    check.afterAlloc(ptr, null, alignment, false);
+    if (!check.afterAlloc(ptr, null, alignment, false)) return outOfMemory();
     return ptr;
 }
 

@@ -263,8 +263,10 @@ fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
 /// block to memcheck. `len` is null in C, where the program may use the
 /// whole usable size. Blocks are at least `block_bytes_min` when marks are
 /// on: C rounds every request to 16 bytes, and the hardened Zig allocator
-/// rounds up to it.
-pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zeroed: bool) void {
+/// rounds up to it. False (hardened) when the block could not be made
+/// accessible again (out of memory): it went back, and the allocation
+/// fails. Always true in the fast builds.
+pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zeroed: bool) bool {
     const handed_before = if (Segment.has_block_map) markLive(ptr, alignment) else true;
     if (config.validate_frees and !config.hardening.check_frees) {
         const block = blockOf(ptr, alignment);
@@ -273,12 +275,28 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
         @atomicStore(usize, &block[1], 0, .monotonic);
         memcheck.wordDone(&block[1]);
     }
-    if (scrubs) reuse(ptr, alignment, handed_before);
+    if (scrubs and !reuse(ptr, alignment, handed_before)) {
+        giveBack(ptr, alignment);
+        return false;
+    }
     if (config.hardening.canary) {
         if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + Heap.usableSize(ptr));
     }
     if (config.validate_frees and alignment > segment_mod.block_align_max_bytes) tagAligned(ptr, alignment);
     if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
+    return true;
+}
+
+/// A block just taken that `reuse` could not make accessible goes back as
+/// it was: free, guarded, its live bit clear (it was never handed out).
+fn giveBack(ptr: [*]u8, alignment: usize) void {
+    if (config.hardening.check_frees) {
+        const segment = Segment.ofPtr(ptr);
+        const bit = liveBit(segment, segment.pageOf(ptr), blockOf(ptr, alignment));
+        // Monotonic: as in markFreed.
+        _ = bit.word.fetchAnd(~bit.mask, .monotonic);
+    }
+    Heap.free(ptr);
 }
 
 /// An over-aligned block handed out at `ptr` inside it: its first word, in
@@ -299,13 +317,16 @@ fn tagAligned(ptr: [*]u8, alignment: usize) void {
 /// be zero, or it was written while free. A block not handed out before
 /// since its page was set up (`handed_before` false) was never freed there:
 /// nothing was guarded, and only the kernel page holding its link is
-/// checked (see secure.reuseFreed).
-fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) void {
+/// checked (see secure.reuseFreed). False when its guarded pages could not
+/// be made accessible (out of memory).
+fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) bool {
     const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return;
+    if (segment.kind == .huge) return true;
     const block: [*]u8 = @ptrCast(blockOf(ptr, alignment));
-    if (secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes, handed_before)) |offset|
+    const written = secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes, handed_before) catch return false;
+    if (written) |offset|
         os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
+    return true;
 }
 
 /// Sets the live bit (check_frees) and the handed-out bit (zeroing and

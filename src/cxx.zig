@@ -113,7 +113,7 @@ fn deleteAligned(ptr: ?*anyopaque, alignment: usize) callconv(.c) void {
 inline fn tryAlloc(size: usize, alignment: usize) ?*anyopaque {
     // new(0) is a unique pointer, as malloc(0) is in kennel.
     const ptr = Heap.alloc(check.cRequest(size) orelse return null, alignment) orelse return null;
-    check.afterAlloc(ptr, null, alignment, false);
+    if (!check.afterAlloc(ptr, null, alignment, false)) return null;
     return ptr;
 }
 

@@ -487,13 +487,16 @@ pub const Heap = struct {
     }
 
     /// Sets up a page just taken (`takeSpanFrom`) for `class` and puts it
-    /// first in its queue.
-    fn installPage(heap: *Heap, page: *Page, class: size_class.Class) *Page {
+    /// first in its queue. Null when out of memory: the page went back.
+    fn installPage(heap: *Heap, page: *Page, class: size_class.Class) ?*Page {
         const segment = Segment.ofPtr(page);
         const slices = segment_mod.pageSlices(class);
         const area = segment.blockArea(page.index, slices);
         page.init(class, slices, area.ptr, area.len);
-        segment.setUpGuards(page);
+        if (!segment.setUpGuards(page)) {
+            _ = heap.releasePage(segment, page);
+            return null;
+        }
         // Hardened: no block of the page is live or was handed out (see
         // Segment.live_map_bytes).
         if (Segment.has_block_map) @memset(@as(*[Segment.live_bits_per_page / 8]u8, @ptrCast(segment.liveWords(page.index))), 0);
@@ -663,8 +666,20 @@ pub const Heap = struct {
             heap.rearmNotice(segment, page);
             return .nothing;
         }
+        if (!opensForRelease(segment, page)) return .nothing;
         if (page.flags.in_full) heap.full.remove(page) else heap.queueRemove(page);
         return heap.releasePage(segment, page);
+    }
+
+    /// Hardened: whether the empty `page` may go back to its segment now,
+    /// its guarded freed block made accessible (secure.openReleased). When
+    /// the system refuses (out of memory), the page stays where it is, its
+    /// block free and guarded, and the next try (a collect, a decay, a
+    /// free of its class) comes through here again; an allocation that
+    /// takes the block meanwhile fails in check.afterAlloc.
+    fn opensForRelease(segment: *Segment, page: *const Page) bool {
+        if (!config.hardening.guard_freed_large) return true;
+        return secure.openReleased(page.area, page.block_size, page.capacity, segment.pageGuard(page));
     }
 
     /// Sets a notice for one of our own pages.
@@ -678,9 +693,7 @@ pub const Heap = struct {
     /// (and the segment, if now empty).
     fn releasePage(heap: *Heap, segment: *Segment, page: *Page) Released {
         page.dropThreadFrees();
-        if (config.hardening.zero_freed or config.hardening.guard_freed_large) {
-            secure.pageReleased(page.area, page.block_size, page.capacity, segment.pageGuard(page));
-        }
+        if (config.hardening.zero_freed) secure.pageReleased(page.area, page.block_size, page.capacity);
         segment.releaseGuard(page);
         const had_free = segment.hasFreeSlice();
         heap.dirty_bytes += segment.releasePage(page);
@@ -1182,7 +1195,11 @@ pub const Heap = struct {
             page.setCurrent(false);
             if (page.isEntirelyFree() and !page.isNotifying()) {
                 if (page.flags.in_full) page.setFlags(.{ .has_aligned = page.flags.has_aligned });
-                _ = heap.releasePage(Segment.ofPtr(page), page);
+                if (opensForRelease(Segment.ofPtr(page), page)) {
+                    _ = heap.releasePage(Segment.ofPtr(page), page);
+                } else {
+                    heap.queuePushBack(page);
+                }
             } else if (page.flags.in_full) {
                 heap.full.pushBack(page);
             } else {

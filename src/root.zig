@@ -65,7 +65,7 @@ fn alloc(context: *anyopaque, len: usize, alignment: Alignment, return_address: 
     _ = return_address;
     const ptr = Heap.alloc(blockLen(len), alignment.toByteUnits()) orelse return null;
     if (hooked) {
-        check.afterAlloc(ptr, len, alignment.toByteUnits(), false);
+        if (!check.afterAlloc(ptr, len, alignment.toByteUnits(), false)) return null;
         countRequested(len, 0);
     }
     return ptr;

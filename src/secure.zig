@@ -272,14 +272,16 @@ pub fn scrubFreed(block: [*]u8, bytes: usize, keep: usize) void {
 
 /// A free block is being handed out again: make a large one's inner pages
 /// accessible, and (zero_freed) return the offset of the first byte past
-/// its first `skip` that was written while it was free, if any. A block
+/// its first `skip` that was written while it was free, if any.
+/// error.OutOfMemory when the system refuses to make it accessible (see
+/// `openReleased`): the block must not be handed out. A block
 /// never freed since its page was set up (`freed` false) was neither
 /// guarded nor purged; it is zero unless a pointer kept from the memory's
 /// earlier use wrote it, and only the kernel page holding its link (which
 /// `Page.extend` touched) is checked: reading the rest of a fresh block
 /// would map the kernel's zero page, and the program's first write would
 /// then fault a second time.
-pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize, freed: bool) ?usize {
+pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize, freed: bool) error{OutOfMemory}!?usize {
     if (!freed) {
         if (!config.hardening.zero_freed) return null;
         const link_page_end = std.mem.alignForward(usize, @intFromPtr(block) + link_bytes, os.pageSize());
@@ -288,12 +290,10 @@ pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize, freed: bool) ?usize {
     if (byPages(bytes)) {
         const span = innerPages(block, bytes);
         if (config.hardening.guard_freed_large and os.can_protect and span.end > span.start) {
-            if (!os.unguard(@ptrFromInt(span.start), span.end - span.start, span.end - span.start))
-                os.fatal("cannot make the freed block 0x{x} accessible again (out of memory)", .{@intFromPtr(block)});
+            if (!os.unguard(@ptrFromInt(span.start), span.end - span.start, span.end - span.start)) return error.OutOfMemory;
         }
         if (os.purge_needs_commit and span.end > span.start) {
-            if (!os.commit(@ptrFromInt(span.start), span.end - span.start))
-                os.fatal("cannot commit the freed block 0x{x} again (out of memory)", .{@intFromPtr(block)});
+            if (!os.commit(@ptrFromInt(span.start), span.end - span.start)) return error.OutOfMemory;
         }
         if (!config.hardening.zero_freed) return null;
         return firstNonzero(block, skip, span.start - @intFromPtr(block)) orelse
@@ -340,23 +340,28 @@ inline fn orOverlapping(comptime lanes: usize, words: []const usize) usize {
     return @reduce(.Or, wide);
 }
 
-/// A page goes back to its segment (zero_freed, guard_freed_large): its
-/// free blocks' links are cleared, so the next class finds zeros, and a
-/// large page's guarded pages become accessible again, up to the guard at
-/// its end (`guard`, from Segment.pageGuard), which the segment keeps
-/// closed (Segment.releaseGuard).
-pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize, guard: ?[]u8) void {
-    if (config.hardening.guard_freed_large and os.can_protect and block_bytes > zero_whole_bytes_max and capacity > 0) {
-        const blocks_end = @intFromPtr(area) + block_bytes * capacity;
-        const end = if (guard) |g| @intFromPtr(g.ptr) else std.mem.alignForward(usize, blocks_end, os.pageSize());
-        assert(end >= blocks_end);
-        const start = std.mem.alignBackward(usize, @intFromPtr(area), os.pageSize());
-        // A large page holds one block: what its free went through.
-        assert(capacity == 1);
-        const span = innerPages(area, block_bytes);
-        if (!os.unguard(@ptrFromInt(start), end - start, span.end - span.start))
-            os.fatal("cannot make a released page at 0x{x} accessible again (out of memory)", .{start});
-    }
+/// A page is about to go back to its segment (guard_freed_large): a large
+/// page's guarded pages become accessible again, up to the guard at its
+/// end (`guard`, from Segment.pageGuard), which the segment keeps closed
+/// (Segment.releaseGuard). False when the system refuses: out of memory,
+/// for instance under RLIMIT_DATA, which inaccessible memory does not
+/// count against, so other mappings may have taken its room meanwhile.
+/// The page must then stay as it is, empty, its block guarded.
+pub fn openReleased(area: [*]u8, block_bytes: usize, capacity: usize, guard: ?[]u8) bool {
+    if (!(config.hardening.guard_freed_large and os.can_protect and block_bytes > zero_whole_bytes_max and capacity > 0)) return true;
+    const blocks_end = @intFromPtr(area) + block_bytes * capacity;
+    const end = if (guard) |g| @intFromPtr(g.ptr) else std.mem.alignForward(usize, blocks_end, os.pageSize());
+    assert(end >= blocks_end);
+    const start = std.mem.alignBackward(usize, @intFromPtr(area), os.pageSize());
+    // A large page holds one block: what its free went through.
+    assert(capacity == 1);
+    const span = innerPages(area, block_bytes);
+    return os.unguard(@ptrFromInt(start), end - start, span.end - span.start);
+}
+
+/// A page goes back to its segment (zero_freed): its free blocks' links
+/// are cleared, so the next class finds zeros.
+pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize) void {
     if (config.hardening.zero_freed) {
         for (0..capacity) |i| @as(*usize, @ptrCast(@alignCast(area + i * block_bytes))).* = 0;
     }

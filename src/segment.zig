@@ -508,9 +508,12 @@ pub const Segment = extern struct {
     /// slices) closes unless it was left closed there. A refusal to close
     /// (out of memory for the split mapping, or the kernel's limit on
     /// mappings) leaves the page unguarded, as it would be without the
-    /// feature: its blocks never reach the guard's memory.
-    pub fn setUpGuards(segment: *Segment, page: *const Page) void {
-        if (pageGuardBytes() == 0) return;
+    /// feature: its blocks never reach the guard's memory. A refusal to
+    /// open (out of memory: RLIMIT_DATA does not count inaccessible memory,
+    /// and other mappings may have taken its room) returns false, and the
+    /// page cannot be used.
+    pub fn setUpGuards(segment: *Segment, page: *const Page) bool {
+        if (pageGuardBytes() == 0) return true;
         assert(segment.free_mask & spanMask(page.index, page.slice_count) == 0);
         const last = @as(usize, page.index) + page.slice_count - 1;
         const own: u64 = if (hasGuard(page.index, page.slice_count)) @as(u64, 1) << @intCast(last) else 0;
@@ -520,7 +523,7 @@ pub const Segment = extern struct {
             // that is accessible already.
             const start = segment.sliceGuard(@ctz(inside)).ptr;
             const end = segment.sliceGuard(slice_count - 1 - @clz(inside)).ptr + pageGuardBytes();
-            openGuards(start[0 .. end - start]);
+            if (!os.unguard(start, end - start, pageGuardBytes())) return false;
             segment.guards_closed &= ~inside;
         }
         if (own != 0 and segment.guards_closed & own == 0) {
@@ -529,6 +532,7 @@ pub const Segment = extern struct {
         }
         // No page with a guard ends in the header's slice or the last.
         assert(segment.guards_closed & edgeSlices() == 0);
+        return true;
     }
 
     /// The page at `page` goes back to the segment (guard pages): its guard

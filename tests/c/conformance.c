@@ -162,6 +162,66 @@ static void test_address_space_limit(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* VmData of /proc/self/status: what RLIMIT_DATA counts (private writable
+   mappings). */
+static size_t data_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    CHECK(f != NULL);
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmData:", 7) == 0) kib = (size_t)atol(line + 7);
+    fclose(f);
+    CHECK(kib > 0);
+    return kib << 10;
+}
+
+/* Under RLIMIT_DATA, which counts writable memory only: the hardened
+   library makes a freed large block inaccessible, which takes it out of
+   the count, and other blocks may then take its room. Opening the block
+   again (to hand it out, or to give its page back) is then refused, and
+   kennel aborted ("cannot make a released page accessible again"), where
+   it must report out of memory and go on. Fill the limit with large
+   blocks, free some (guarded), fill the room with small ones, free all,
+   and allocate large blocks again: each one handed out must be writable.
+   Whether the room is taken depends on where the limit falls in a
+   segment's 4 MiB: one child per MiB of it (before the fix, three of the
+   four aborted). In children: the limit is the process's. */
+static void data_limit_child(size_t extra_mib) {
+    enum { large_bytes = 200000, large_max = 4096, small_bytes = 1000, small_max = 1 << 20 };
+    static void *large[large_max];
+    static void *small[small_max];
+    size_t limit = data_bytes() + (extra_mib << 20);
+    struct rlimit rl = {limit, limit};
+    if (setrlimit(RLIMIT_DATA, &rl) != 0) _exit(2);
+    int n_large = 0, n_small = 0;
+    while (n_large < large_max && (large[n_large] = malloc(large_bytes)) != NULL) memset(large[n_large++], 1, large_bytes);
+    if (n_large < 128 || n_large == large_max) _exit(3);
+    for (int i = 0; i < 64; i++) free(large[--n_large]);
+    while (n_small < small_max && (small[n_small] = malloc(small_bytes)) != NULL) memset(small[n_small++], 2, small_bytes);
+    if (n_small == small_max) _exit(4);
+    for (int i = 0; i < n_small; i++) free(small[i]);
+    for (int i = 0; i < n_large; i++) free(large[i]);
+    int again = 0;
+    while (again < 64 && (large[again] = malloc(large_bytes)) != NULL) memset(large[again++], 3, large_bytes);
+    if (again < 64) _exit(5);
+    for (int i = 0; i < again; i++) free(large[i]);
+    _exit(0);
+}
+
+static void test_data_limit(void) {
+    for (size_t extra_mib = 64; extra_mib < 68; extra_mib++) {
+        fflush(NULL);
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) data_limit_child(extra_mib);
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fprintf(stderr, "data limit +%zu MiB: child status %d\n", extra_mib, status);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+}
+
 static void test_calloc(void) {
     for (size_t i = 0; i < SIZE_COUNT; i++) {
         size_t n = sizes[i];
@@ -435,6 +495,7 @@ int main(int argc, char **argv) {
     test_malloc_free();
     test_out_of_memory();
     test_address_space_limit();
+    test_data_limit();
     test_calloc();
     int fast = strcmp(argv[1], "fast") == 0;
     if (fast) test_calloc_sparse();
