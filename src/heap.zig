@@ -132,6 +132,10 @@ pub const Heap = struct {
     /// (thread.absorbIfOrphaned).
     remote_frees_until_probe: u32,
     remote_frees_per_probe: u32,
+    /// A heap this thread freed into while it was orphaned too recently to
+    /// absorb (thread.absorbIfOrphaned): absorbed at a slow path once the
+    /// grace is over, if no new thread took it (thread.absorbNoted).
+    orphan_noted: ?*Heap,
     /// When the heap's thread gave it up (thread.zig), on os.nowNanoseconds.
     orphaned_ns: u64,
     /// Offset index for the next huge block (huge.zig).
@@ -186,6 +190,7 @@ pub const Heap = struct {
         .retained_bytes = 0,
         .remote_frees_until_probe = 0,
         .remote_frees_per_probe = 0,
+        .orphan_noted = null,
         .orphaned_ns = 0,
         .huge_color = 0,
         .fresh_page = if (knows_zeroes) null else {},
@@ -375,6 +380,7 @@ pub const Heap = struct {
     /// extend, or take a new page. Also where a thread gets its heap.
     noinline fn allocGeneric(heap_or_empty: *Heap, class: size_class.Class) ?[*]u8 {
         const heap = if (heap_or_empty == &empty) thread.initCurrent() orelse return null else heap_or_empty;
+        if (!builtin.single_threaded) thread.absorbNoted(heap);
         heap.processNotices();
         purge.decayIfDue(heap);
         const page = heap.findPage(class) orelse return null;

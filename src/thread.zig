@@ -362,6 +362,13 @@ pub fn initCurrent() ?*Heap {
     secure.init();
     const heap = if (builtin.single_threaded) &single_heap else claim() orelse return null;
     if ((config.hardening.randomize or config.hardening.quarantine) and heap.random == 0) heap.random = secure.randomWord() | 1;
+    // The probe cadence is what this thread learns about the owners it
+    // frees into: a heap taken over starts as a new one does, probing at
+    // its first remote free. (Kept, a count of up to 65,536 from the last
+    // owner let a consumer free all 20,000 blocks of a dead producer
+    // without a probe, and the producer's memory stayed resident.)
+    heap.remote_frees_until_probe = 0;
+    heap.remote_frees_per_probe = 0;
     setCurrent(heap);
     if (!builtin.single_threaded) exit_hook.register(heap);
     return heap;
@@ -625,6 +632,9 @@ pub fn abandonCurrent() void {
     }
     const heap = current();
     if (heap == &Heap.empty) return;
+    // An orphan this thread freed into, past its grace, goes back with
+    // this heap's memory.
+    absorbNoted(heap);
     setCurrent(&Heap.empty);
     heap.releaseUnused();
     heap.shedSpares();
@@ -733,15 +743,30 @@ const remote_frees_per_probe_max = 1 << 16;
 /// `remote_frees_per_probe_max` frees.
 pub fn absorbIfOrphaned(segment: *Segment) bool {
     comptime assert(!builtin.single_threaded);
-    const heap = current();
-    if (heap == &Heap.empty) return false;
     // Acquire: pairs with the SeqCst store in Heap.absorb; an older owner is
     // harmless (absorbing any ownerless heap is fine; the caller re-checks).
     const other = segment.owner.load(.acquire) orelse return false;
+    var heap = current();
     if (other == heap) return false;
+    if (heap == &Heap.empty) {
+        // A thread that frees before it ever allocated (a consumer of other
+        // threads' blocks) takes a heap now, to absorb and to count its
+        // frees between probes; `claim` may hand it `other` itself. Without
+        // one, a producer's memory that such a thread freed after the
+        // producer ended stayed resident, nobody's to reuse or purge
+        // (64 MiB of 1000-byte blocks, for as long as the program ran).
+        heap = initCurrent() orelse return false;
+        if (other == heap) return true;
+    }
     const owner = loadOwner(other);
     switch (owner.state) {
-        .orphaned => if (recentlyOrphaned(other)) return false,
+        .orphaned => if (recentlyOrphaned(other)) {
+            // Left to a new thread for now; if none takes it, this heap
+            // absorbs it later (`absorbNoted`): nothing else might, and the
+            // frees made meanwhile would stay with it.
+            heap.orphan_noted = other;
+            return false;
+        },
         .active => {
             // The countdown lives in the freeing thread's own heap.
             if (heap.remote_frees_until_probe > 0) {
@@ -763,6 +788,21 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
     if (!claimToAbsorb(other, owner)) return false;
     absorbClaimed(heap, other);
     return true;
+}
+
+/// At a slow path of `heap`: absorbs the orphan its thread freed into during
+/// the grace (`absorbIfOrphaned`) once the grace is over, unless a new
+/// thread took it or another thread absorbed it meanwhile. Before, all of
+/// a producer's blocks freed by a consumer within 50 ms of the producer's
+/// end stayed in the orphan: nothing looked at it again until some thread
+/// mapped a fresh segment or a new thread started.
+pub fn absorbNoted(heap: *Heap) void {
+    comptime assert(!builtin.single_threaded);
+    const other = heap.orphan_noted orelse return;
+    const owner = loadOwner(other);
+    if (owner.state == .orphaned and recentlyOrphaned(other)) return;
+    heap.orphan_noted = null;
+    if (owner.state == .orphaned and other != heap and claimToAbsorb(other, owner)) absorbClaimed(heap, other);
 }
 
 /// Where the system calls back at thread exit (os.ThreadExit): abandons the

@@ -327,6 +327,61 @@ test "orphans: blocks of an ended thread, freed elsewhere, return their memory" 
     }
 }
 
+test "orphans: blocks all freed within the grace after their thread ended still return their memory" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    // The grace applies where thread ends are announced (libc's thread
+    // exit callbacks); without, an ended thread's heap is found by probes.
+    if (!builtin.link_libc) return error.SkipZigTest;
+    const before = util.residentBytes() orelse return error.SkipZigTest;
+    // This thread has a heap, so that it frees into the orphan rather than
+    // taking it over whole.
+    gpa.free(try gpa.alloc(u8, 100));
+    const orphan = &orphan_storage;
+    const t = try std.Thread.spawn(.{}, Orphan.fill, .{orphan});
+    t.join();
+    const full = util.residentBytes().?;
+    // Every free lands within the grace that leaves an ended thread's heap
+    // to a new thread: this thread notes the heap, and absorbs it once the
+    // grace is over (here when it gives its own heap up). Before, nothing
+    // looked at the orphan again, and its 20 MB stayed resident.
+    for (orphan.blocks, 0..) |b, i| {
+        for (b) |byte| if (byte != @as(u8, @truncate(i))) return error.TestContentsLost;
+        gpa.free(b);
+    }
+    util.sleepMilliseconds(2 * kennel.orphan_grace_ms);
+    kennel.releaseThreadMemory();
+    const after = util.residentBytes().?;
+    if (after > before + 4 * 1024 * 1024) {
+        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
+        return error.TestMemoryNotReturned;
+    }
+}
+
+/// A thread that frees another's blocks and never allocates.
+fn consumeOrphan(o: *Orphan) void {
+    util.sleepMilliseconds(2 * kennel.orphan_grace_ms);
+    for (o.blocks) |b| gpa.free(b);
+    kennel.releaseThreadMemory();
+}
+
+test "orphans: a thread that never allocated frees an ended thread's blocks, and their memory returns" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    const before = util.residentBytes() orelse return error.SkipZigTest;
+    const orphan = &orphan_storage;
+    const producer = try std.Thread.spawn(.{}, Orphan.fill, .{orphan});
+    producer.join();
+    const full = util.residentBytes().?;
+    // Before, a thread with no heap left every block on the ended heap's
+    // pages, and gave nothing back: it had nothing to give.
+    const consumer = try std.Thread.spawn(.{}, consumeOrphan, .{orphan});
+    consumer.join();
+    const after = util.residentBytes().?;
+    if (after > before + 4 * 1024 * 1024) {
+        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
+        return error.TestMemoryNotReturned;
+    }
+}
+
 /// Threads alive at once in the crowd test: more than the 16,384 heaps
 /// kennel's registry once held at most.
 const crowd_thread_count = 20_000;
