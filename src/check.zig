@@ -181,8 +181,10 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     const address = @intFromPtr(ptr);
     // The map first, on the address alone: nothing behind a foreign
     // pointer may be read (and its segment address may even be 0).
+    // A huge block's mapping leaves the map when it is freed (unmapped, or
+    // in the hardened build never cached): a second free of one ends here.
     if (!segment_mod.segment_map.contains((address -% 1) & ~@as(usize, segment_mod.segment_size_bytes - 1)))
-        invalid(function, ptr, "not allocated by kennel");
+        invalid(function, ptr, "not allocated by kennel (or a huge block freed already)");
     const segment = Segment.ofPtr(ptr);
     if (segment.kind == .huge) {
         if (ptr != segment.pages[0].area) invalid(function, ptr, "points into the middle of a block");
