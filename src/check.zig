@@ -290,13 +290,17 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
 }
 
 /// A block just taken that `reuse` could not make accessible goes back as
-/// it was: free, guarded, its live bit clear (it was never handed out).
+/// it was: free, guarded, its live bit clear or its freed mark written.
 fn giveBack(ptr: [*]u8, alignment: usize) void {
+    const segment = Segment.ofPtr(ptr);
+    const page = segment.pageOf(ptr);
     if (config.hardening.check_frees) {
-        const segment = Segment.ofPtr(ptr);
-        const bit = liveBit(segment, segment.pageOf(ptr), blockOf(ptr, alignment));
+        const bit = liveBit(segment, page, blockOf(ptr, alignment));
         // Monotonic: as in markFreed.
         _ = bit.word.fetchAnd(~bit.mask, .monotonic);
+    } else if (config.validate_frees) {
+        // Monotonic: as in afterAlloc, which cleared it.
+        @atomicStore(usize, &blockOf(ptr, alignment)[1], freedMark(page), .monotonic);
     }
     Heap.free(ptr);
 }

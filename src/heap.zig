@@ -680,9 +680,11 @@ pub const Heap = struct {
     /// Hardened: whether the empty `page` may go back to its segment now,
     /// its guarded freed block made accessible (secure.openReleased). When
     /// the system refuses (out of memory), the page stays where it is, its
-    /// block free and guarded, and the next try (a collect, a decay, a
-    /// free of its class) comes through here again; an allocation that
-    /// takes the block meanwhile fails in check.afterAlloc.
+    /// block free and guarded, until the next collect of its queue (the
+    /// thread's end, a trim, an absorb) or an allocation that takes the
+    /// block (check.afterAlloc: opened then, or the allocation fails and
+    /// the page is tried again). A limit: until then it keeps its segment
+    /// in use.
     fn opensForRelease(segment: *Segment, page: *const Page) bool {
         if (!config.hardening.guard_freed_large) return true;
         return secure.openReleased(page.area, page.block_size, page.capacity, segment.pageGuard(page));

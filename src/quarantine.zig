@@ -121,7 +121,9 @@ pub fn hold(ptr: [*]u8) void {
     const large = bytes > held_block_bytes_max;
     if (large and !holds_large) return Heap.free(ptr);
     const current = thread.current();
-    // A thread that frees before it ever allocated gets a heap now.
+    // A thread that frees before it ever allocated gets a heap now (not
+    // one whose exit callback ran: see thread.exited).
+    if (current == &Heap.empty and !thread.mayTakeHeapToFree()) return Heap.free(ptr);
     const heap = if (current == &Heap.empty) thread.initCurrent() orelse return Heap.free(ptr) else current;
     if (holds_large) {
         if (large) return heap.quarantine.large.hold(&heap.random, ptr, bytes);

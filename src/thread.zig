@@ -125,15 +125,36 @@ const Heap = @import("heap.zig").Heap;
 const Segment = @import("segment.zig").Segment;
 const pool = @import("pool.zig");
 
-/// The calling thread's heap. Reached through `current`/`setCurrent` only.
-/// In the shared library on Linux x86_64 and aarch64 it is exported so that
-/// inline assembly can address it with the initial-exec TLS model (see
-/// tlsSlot); everywhere else it is a plain thread-local.
-const tls_heap = if (config.shared_object) struct {
-    export threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
-} else struct {
-    threadlocal var kennel_thread_heap: *Heap = &Heap.empty;
+/// The calling thread's heap, and beside it (one thread-local, so that the
+/// shared library reaches both without __tls_get_addr) whether the
+/// thread's exit callback ran.
+const ThreadSlot = extern struct {
+    /// Reached through `current`/`setCurrent` only. First: the assembly in
+    /// `current` reads it at the slot's own offset.
+    heap: *Heap,
+    /// Set when the system's exit callback gave the thread's heap up
+    /// (`onThreadExit`). A free after that (glibc frees its per-thread
+    /// buffers after running the destructors of thread-specific data) must
+    /// not take a heap for the thread: nothing would give it up again,
+    /// and it would stay active for a thread that is gone. An allocation
+    /// still does (the block must come from somewhere), and registers for
+    /// another callback.
+    exited: bool,
 };
+
+/// The calling thread's slot. In the shared library on Linux x86_64 and
+/// aarch64 it is exported so that inline assembly can address it with the
+/// initial-exec TLS model (see tlsSlot); everywhere else it is a plain
+/// thread-local.
+const tls_heap = if (config.shared_object) struct {
+    export threadlocal var kennel_thread_heap: ThreadSlot = .{ .heap = &Heap.empty, .exited = false };
+} else struct {
+    threadlocal var kennel_thread_heap: ThreadSlot = .{ .heap = &Heap.empty, .exited = false };
+};
+
+inline fn slot() *ThreadSlot {
+    return if (config.shared_object) tlsSlot() else &tls_heap.kennel_thread_heap;
+}
 
 comptime {
     // Only the assembly in tlsSlot names the variable; make sure it is emitted.
@@ -153,22 +174,26 @@ pub inline fn current() *Heap {
             : [heap] "={rax}" (-> *Heap),
             : [offset] "r" (tlsOffset()),
             : .{ .memory = true });
-        return tlsSlot().*;
+        return tlsSlot().heap;
     }
-    return tls_heap.kennel_thread_heap;
+    return tls_heap.kennel_thread_heap.heap;
+}
+
+/// Whether a free by the calling thread may give it a heap: false after its
+/// exit callback ran (see ThreadSlot.exited).
+pub fn mayTakeHeapToFree() bool {
+    return !slot().exited;
 }
 
 fn setCurrent(heap: *Heap) void {
-    if (config.shared_object) {
-        tlsSlot().* = heap;
-    } else tls_heap.kennel_thread_heap = heap;
+    slot().heap = heap;
 }
 
-/// The address of this thread's heap pointer in a shared object, with the
+/// The address of this thread's slot in a shared object, with the
 /// initial-exec model: the variable's offset from the thread pointer comes
 /// from the GOT (fixed when the library is loaded), so no __tls_get_addr.
 /// A library loaded with LD_PRELOAD (or linked) always gets static TLS.
-inline fn tlsSlot() **Heap {
+inline fn tlsSlot() *ThreadSlot {
     const offset = tlsOffset();
     const thread_pointer = switch (builtin.cpu.arch) {
         // glibc keeps the TCB's own address at %fs:0.
@@ -755,6 +780,7 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
         // one, a producer's memory that such a thread freed after the
         // producer ended stayed resident, nobody's to reuse or purge
         // (64 MiB of 1000-byte blocks, for as long as the program ran).
+        if (!mayTakeHeapToFree()) return false;
         heap = initCurrent() orelse return false;
         if (other == heap) return true;
     }
@@ -812,6 +838,7 @@ const exit_hook = os.ThreadExit(onThreadExit, onForkChild);
 
 fn onThreadExit(value: *anyopaque) void {
     const heap: *Heap = @ptrCast(@alignCast(value));
+    slot().exited = true;
     // The thread may have given this heap up and taken another since.
     if (heap == current()) abandonCurrent();
 }
