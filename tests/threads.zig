@@ -299,6 +299,16 @@ const Orphan = struct {
 /// Not from std.heap.page_allocator (see the crowd test).
 var orphan_storage: Orphan = undefined;
 
+/// The orphan tests' end: the resident set is back within 4 MiB of where
+/// it was before the orphan filled its 20 MB (`full`: at its end).
+fn expectOrphanMemoryReturned(before: usize, full: usize) !void {
+    const after = util.residentBytes().?;
+    if (after > before + 4 * 1024 * 1024) {
+        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
+        return error.TestMemoryNotReturned;
+    }
+}
+
 test "orphans: blocks of an ended thread, freed elsewhere, return their memory" {
     if (builtin.single_threaded) return error.SkipZigTest;
     // Where the system tells the resident set (Linux, Windows).
@@ -320,11 +330,7 @@ test "orphans: blocks of an ended thread, freed elsewhere, return their memory" 
     const probe = try gpa.alloc(u8, 100);
     gpa.free(probe);
     kennel.releaseThreadMemory();
-    const after = util.residentBytes().?;
-    if (after > before + 4 * 1024 * 1024) {
-        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
-        return error.TestMemoryNotReturned;
-    }
+    try expectOrphanMemoryReturned(before, full);
 }
 
 test "orphans: blocks all freed within the grace after their thread ended still return their memory" {
@@ -350,11 +356,7 @@ test "orphans: blocks all freed within the grace after their thread ended still 
     }
     util.sleepMilliseconds(2 * kennel.orphan_grace_ms);
     kennel.releaseThreadMemory();
-    const after = util.residentBytes().?;
-    if (after > before + 4 * 1024 * 1024) {
-        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
-        return error.TestMemoryNotReturned;
-    }
+    try expectOrphanMemoryReturned(before, full);
 }
 
 /// A thread that frees another's blocks and never allocates.
@@ -375,11 +377,7 @@ test "orphans: a thread that never allocated frees an ended thread's blocks, and
     // pages, and gave nothing back: it had nothing to give.
     const consumer = try std.Thread.spawn(.{}, consumeOrphan, .{orphan});
     consumer.join();
-    const after = util.residentBytes().?;
-    if (after > before + 4 * 1024 * 1024) {
-        std.debug.print("resident: {d} before, {d} full, {d} after\n", .{ before, full, after });
-        return error.TestMemoryNotReturned;
-    }
+    try expectOrphanMemoryReturned(before, full);
 }
 
 /// Threads alive at once in the crowd test: more than the 16,384 heaps

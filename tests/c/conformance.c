@@ -109,13 +109,17 @@ static void test_out_of_memory(void) {
 }
 
 /* The address space in use, from /proc/self/status (VmSize, in KiB). */
-static size_t address_space_bytes(void) {
+/* A figure of /proc/self/status, in bytes: "VmSize:" (what RLIMIT_AS
+   counts) or "VmData:" (private writable mappings: what RLIMIT_DATA
+   counts). */
+static size_t status_bytes(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     CHECK(f != NULL);
     char line[256];
     size_t kib = 0;
+    size_t n = strlen(field);
     while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmSize:", 7) == 0) kib = (size_t)atol(line + 7);
+        if (strncmp(line, field, n) == 0) kib = (size_t)atol(line + n);
     fclose(f);
     CHECK(kib > 0);
     return kib << 10;
@@ -133,7 +137,7 @@ static void test_address_space_limit(void) {
     pid_t child = fork();
     CHECK(child >= 0);
     if (child == 0) {
-        size_t limit = address_space_bytes() + 600 * mib;
+        size_t limit = status_bytes("VmSize:") + 600 * mib;
         struct rlimit rl = {limit, limit};
         if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
         unsigned char *live = malloc(300 * mib);
@@ -162,20 +166,6 @@ static void test_address_space_limit(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-/* VmData of /proc/self/status: what RLIMIT_DATA counts (private writable
-   mappings). */
-static size_t data_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    CHECK(f != NULL);
-    char line[256];
-    size_t kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmData:", 7) == 0) kib = (size_t)atol(line + 7);
-    fclose(f);
-    CHECK(kib > 0);
-    return kib << 10;
-}
-
 /* Under RLIMIT_DATA, which counts writable memory only: the hardened
    library makes a freed large block inaccessible, which takes it out of
    the count, and other blocks may then take its room. Opening the block
@@ -191,7 +181,7 @@ static void data_limit_child(size_t extra_mib) {
     enum { large_bytes = 200000, large_max = 4096, small_bytes = 1000, small_max = 1 << 20 };
     static void *large[large_max];
     static void *small[small_max];
-    size_t limit = data_bytes() + (extra_mib << 20);
+    size_t limit = status_bytes("VmData:") + (extra_mib << 20);
     struct rlimit rl = {limit, limit};
     if (setrlimit(RLIMIT_DATA, &rl) != 0) _exit(2);
     int n_large = 0, n_small = 0;
