@@ -1532,3 +1532,28 @@ test "an exhausted page is extended only when no other page of its class holds f
     try std.testing.expectEqual(capacity_b, page_b.capacity);
     thread.current().checkInvariants();
 }
+
+test "a free page weighs what its blocks touched, not its whole slice" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    // A size no other test uses, so that the block starts a page of its own.
+    const block = try gpa.alloc(u8, 7000);
+    const segment = Segment.ofPtr(block.ptr);
+    const page = segment.pageOf(block.ptr);
+    if (page.used != 1 or page.slice_count != 1) {
+        gpa.free(block);
+        return error.SkipZigTest;
+    }
+    const slice: u64 = @as(u64, 1) << @intCast(page.index);
+    const heap = thread.current();
+    const free_before = segment.dirtyBytes();
+    gpa.free(block);
+    // Frees the emptied page, even one kept as its class's only page.
+    heap.collectFreePages();
+    if (segment.free_mask & slice == 0) return error.SkipZigTest;
+    const gained = segment.dirtyBytes() - free_before;
+    // One block of 7 KiB: the page was extended 4 KiB at a time, to 8 KiB
+    // (counted whole, the slice weighed 64 KiB against the budget).
+    try std.testing.expect(gained > 0 and gained <= 2 * page_mod.extend_bytes_max);
+    heap.checkInvariants();
+}

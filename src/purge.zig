@@ -7,7 +7,9 @@
 //! far more than the allocator's own work. But free memory a heap keeps is
 //! resident, and only that heap can use it. So a heap keeps what its thread
 //! is about to take again and returns the rest, following the program
-//! rather than fixed delays:
+//! rather than fixed delays. (Free memory is counted as what of it is
+//! resident: the touched prefix of each free slice, Segment.touchedBytesOf,
+//! not the whole 64 KiB.)
 //!
 //! 1. Decay. Time is cut into periods of `decay_period_ns`. The low-water
 //!    mark of a heap's free memory over a period is memory the program did
