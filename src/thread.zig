@@ -540,7 +540,7 @@ fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
     // reused): do now what `abandonCurrent` does at a thread's end, so that
     // spares we will not need go to the pool before other new threads look.
     if (expected.state == .active) {
-        heap.releaseUnused();
+        heap.resumeForNewOwner();
         heap.shedSpares();
     }
     return true;
