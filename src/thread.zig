@@ -122,6 +122,7 @@ const config = @import("config.zig");
 const secure = @import("secure.zig");
 const quarantine = @import("quarantine.zig");
 const Heap = @import("heap.zig").Heap;
+const purge = @import("purge.zig");
 const Segment = @import("segment.zig").Segment;
 const pool = @import("pool.zig");
 
@@ -911,4 +912,61 @@ test "remote frees probe a live owner less and less often, a dead one's finder a
     gpa.free(dead.blocks[0]);
     try std.testing.expectEqual(@as(u32, remote_frees_per_probe_min), heap.remote_frees_until_probe);
     gpa.free(dead.blocks[1]);
+}
+
+test "a new thread that takes an ended thread's heap keeps its free memory" {
+    if (builtin.single_threaded or config.secure) return error.SkipZigTest;
+    // Where threads say they end, their heaps are given up at the end
+    // (abandonCurrent) and this path is not taken.
+    if (os.thread_exit_callback or !os.can_probe_threads) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const Ended = struct {
+        heap: *Heap = undefined,
+        free_bytes: usize = 0,
+        kept: []u8 = &.{},
+
+        // Touches 3 MiB of small pages and frees them, keeping one block so
+        // that the segment stays in use; then ends without telling.
+        fn run(e: *@This()) void {
+            var blocks: [400][]u8 = undefined;
+            for (&blocks) |*b| {
+                b.* = gpa.alloc(u8, 8000) catch @panic("out of memory");
+                @memset(b.*, 1);
+            }
+            e.kept = gpa.alloc(u8, 64) catch @panic("out of memory");
+            for (blocks) |b| gpa.free(b);
+            e.heap = current();
+            e.free_bytes = e.heap.dirty_bytes;
+        }
+    };
+    const Taker = struct {
+        free_bytes: usize = 0,
+        took: bool = false,
+
+        // What a new thread's claim does with the heap of a dead thread.
+        fn run(t: *@This(), heap: *Heap) void {
+            const owner = loadOwner(heap);
+            const pid = os.currentPid();
+            if (!isDead(heap, owner, pid)) return;
+            t.took = take(heap, owner, pid, os.currentTid());
+            if (!t.took) return;
+            setCurrent(heap);
+            t.free_bytes = heap.dirty_bytes;
+            abandonCurrent();
+        }
+    };
+    var ended: Ended = .{};
+    const e = try std.Thread.spawn(.{}, Ended.run, .{&ended});
+    e.join();
+    defer gpa.free(ended.kept);
+    try os.expectThreadReaped(ownerTid(ended.heap, loadOwner(ended.heap)));
+    // The ended thread's free memory must exceed what a purge keeps.
+    if (ended.free_bytes <= 2 * purge.keep_bytes) return error.SkipZigTest;
+    var taker: Taker = .{};
+    const t = try std.Thread.spawn(.{}, Taker.run, .{ &taker, ended.heap });
+    t.join();
+    try std.testing.expect(taker.took);
+    // All of it, but what the budget took: purged to `keep_bytes` at the
+    // take-over, the new thread faulted the same memory in again.
+    try std.testing.expect(taker.free_bytes > 2 * purge.keep_bytes);
 }
