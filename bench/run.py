@@ -276,6 +276,10 @@ def run_redis(env, requests):
     return {**figures, "time": seconds, "metrics": {}}
 
 
+# Real programs that run about a second: more runs for their medians.
+SHORT_PROGRAMS = ("g++", "lua5.4")
+
+
 def preload_programs(scale):
     programs = []
     python = shutil.which("python3")
@@ -703,18 +707,25 @@ def run_benchmarks(args, peers):
         scale = f"{args.scale}"
         rows += measure_section("c", c_workloads, allocators_by_section["c"], args.runs,
                                 lambda w, a: launch([os.path.join(BIN, "c-" + w), "--scale", scale], preload_env(a, libraries)), start, failures)
-    # Real programs run long; three runs give a median.
+    # Real programs run long; three runs give a median. The short ones
+    # (about 1 s) get more: on this shared machine one program's run to
+    # run spread reaches 60% (g++ under kennel, 7 runs: 1.02 to 1.64 s,
+    # user time alike): kennel/mimalloc on g++ was 1.27 from a median of
+    # three, 0.97 from seven interleaved runs an hour later.
     program_runs = min(args.runs, 3)
+    short_program_runs = 2 * args.runs - 1
     programs = {name: run for name, run in preload_programs(args.scale) if selected(name)} if not args.no_preload else {}
     if programs and allocators_by_section["programs"]:
-        rows += measure_section("programs", list(programs), allocators_by_section["programs"], program_runs,
-                                lambda w, a: programs[w](preload_env(a, libraries)), start, failures)
+        for name in programs:
+            runs = short_program_runs if name.startswith(SHORT_PROGRAMS) else program_runs
+            rows += measure_section("programs", [name], allocators_by_section["programs"], runs,
+                                    lambda w, a: programs[w](preload_env(a, libraries)), start, failures)
     elapsed = time.perf_counter() - start
     command = ("make bench-secure" if args.secure else "make bench") + (" QUICK=1" if args.quick else "")
     if args.only or args.no_zig or args.no_c or args.no_preload or args.allocators or args.runs_given or args.scale_given:
         command = "bench/run.py " + " ".join(sys.argv[1:])
     runs_note = f"{args.runs} interleaved runs per workload and allocator (each round starting with the next), scale {args.scale}" + (
-        f" (real programs {program_runs})" if programs else "")
+        f" (real programs {program_runs}, {short_program_runs} for g++ and lua5.4)" if programs else "")
     text = render(rows, allocators_by_section, command, elapsed, runs_note)
     print()
     print(text)
