@@ -163,8 +163,9 @@ pub const layout = struct {
 pub const orphan_grace_ms = thread.orphan_grace_ns / std.time.ns_per_ms;
 
 /// Gives the calling thread's unused memory back now, with the empty
-/// segments other threads left for reuse, and hands its heap to the next
-/// thread. Never required (a thread's heap is reclaimed when the thread
+/// segments other threads left for reuse and the heap of an ended thread
+/// it freed into (without waiting for `orphan_grace_ms`), and hands its
+/// heap to the next thread. Never required (a thread's heap is reclaimed when the thread
 /// ends), but useful before a thread goes idle for a long time.
 pub fn releaseThreadMemory() void {
     thread.releaseCurrent();

@@ -98,6 +98,11 @@
 //!    same id cannot be using this heap: it would have had to claim it
 //!    through this word, changing the sequence number.
 //!
+//! A thread starting up takes a dead owner's heap whole (`claim`). A
+//! running thread that finds one (a remote free's probe, or the look before
+//! a fresh mapping) makes it orphaned, with its memory (`orphanDead`), and
+//! leaves it to new threads for the grace, as the exit callback does.
+//!
 //! ## fork
 //!
 //! A child process has one thread (the forking one, now with tid == pid)
@@ -538,9 +543,12 @@ fn take(heap: *Heap, expected: Owner, pid: os.Pid, tid: os.Tid) bool {
     }
     tookOver(heap, expected, tid);
     // Its thread ended without telling (no exit callback, or a thread id
-    // reused): do now what `abandonCurrent` does at a thread's end, so that
-    // spares we will not need go to the pool before other new threads look.
-    if (expected.state == .active) {
+    // reused), and a probe found it so (active, or orphaned by
+    // `orphanDead`): do now what `abandonCurrent` does at a thread's end,
+    // but keep the free memory; spares we will not need go to the pool
+    // before other new threads look. (After `abandonCurrent` this costs a
+    // walk of the page queues.)
+    if (expected.state != .free) {
         heap.resumeForNewOwner();
         heap.shedSpares();
     }
@@ -642,6 +650,11 @@ fn listVacant(heap: *Heap) void {
 /// which would otherwise wait there for a thread to take it, and its heap
 /// to the next thread.
 pub fn releaseCurrent() void {
+    // An orphan this thread freed into goes back now, grace or not: the
+    // program asked for its memory back (a consumer of an ended thread's
+    // blocks, done with them, whose producer ended without telling and
+    // was orphaned at the consumer's first free).
+    if (!builtin.single_threaded and current() != &Heap.empty) absorbNotedWithin(current(), 0);
     abandonCurrent();
     pool.purgeResident(std.math.maxInt(usize));
 }
@@ -685,9 +698,37 @@ pub fn abandonCurrent() void {
 pub const orphan_grace_ns = 50 * std.time.ns_per_ms;
 
 fn recentlyOrphaned(heap: *Heap) bool {
+    return orphanedWithin(heap, orphan_grace_ns);
+}
+
+fn orphanedWithin(heap: *Heap, ns: u64) bool {
     // Written before the release store that orphaned the heap, which the
     // caller's acquire load of the owner word saw.
-    return os.nowNanoseconds() -% heap.orphaned_ns < orphan_grace_ns;
+    return os.nowNanoseconds() -% heap.orphaned_ns < ns;
+}
+
+/// A heap whose thread a probe found gone (it ended without telling: no
+/// exit callback) becomes orphaned now, as if its thread's callback had
+/// run, with its free memory kept: a thread starting up takes it whole from
+/// the vacant stack (`claim`), and running threads absorb it only after the
+/// grace, as they do with libc. (Absorbed at once by the first running
+/// thread whose remote free or fresh mapping met it, the heaps of ended
+/// threads went into running ones and new threads got empty shells:
+/// thread-churn without libc faulted 10 times per thread, with libc 0.15.)
+/// Returns false if another thread changed the heap's owner word first.
+fn orphanDead(heap: *Heap, expected: Owner) bool {
+    assert(expected.state == .active);
+    // Claimed first, so that orphaned_ns is ours to write.
+    if (!claimToAbsorb(heap, expected)) return false;
+    heap.orphaned_ns = os.nowNanoseconds();
+    // Monotonic: as in abandonCurrent.
+    _ = orphaned_count.fetchAdd(1, .monotonic);
+    const claimed: Owner = @bitCast(heap.owner.load(.monotonic));
+    // SeqCst: as in abandonCurrent (the next owner's acquire sees the
+    // heap as its dead thread left it, and listVacant's order).
+    heap.owner.store(@bitCast(claimed.next(.orphaned, 0)), .seq_cst);
+    listVacant(heap);
+    return true;
 }
 
 /// Claims an ownerless heap for absorption by the caller.
@@ -713,8 +754,10 @@ fn absorbClaimed(heap: *Heap, other: *Heap) void {
     listVacant(other);
 }
 
-/// Before mapping fresh memory: absorb one heap whose thread is gone, if
-/// any among the next heaps of the cursor. Returns whether it did.
+/// Before mapping fresh memory: absorb one heap orphaned longer than the
+/// grace, if any among the next heaps of the cursor, and orphan those
+/// among the next whose thread is gone (`orphanDead`). Returns whether it
+/// absorbed one.
 pub fn absorbAnyOrphan(heap: *Heap) bool {
     comptime assert(!builtin.single_threaded);
     const len = indexCount();
@@ -728,8 +771,8 @@ pub fn absorbAnyOrphan(heap: *Heap) bool {
 }
 
 /// Looks at the next `count_max` heaps of the cursor (all if fewer) for
-/// one to absorb: orphaned a while ago, or (a system call each) active with
-/// its thread gone.
+/// one to absorb, orphaned a while ago; or (a system call each) for heaps
+/// active with their thread gone, which it orphans.
 fn absorbFromCursor(heap: *Heap, len: usize, count_max: usize, comptime which: enum { orphaned, dead }) bool {
     const pid = if (which == .dead) os.currentPid() else undefined;
     const cursor = if (which == .dead) &probe_cursor else &orphan_cursor;
@@ -739,7 +782,11 @@ fn absorbFromCursor(heap: *Heap, len: usize, count_max: usize, comptime which: e
         const owner = loadOwner(other);
         const ownerless = switch (which) {
             .orphaned => owner.state == .orphaned and !recentlyOrphaned(other),
-            .dead => isDead(other, owner, pid),
+            // Left to a new thread first (`orphanDead`).
+            .dead => {
+                if (isDead(other, owner, pid)) _ = orphanDead(other, owner);
+                continue;
+            },
         };
         if (ownerless and claimToAbsorb(other, owner)) {
             absorbClaimed(heap, other);
@@ -763,10 +810,12 @@ const remote_frees_per_probe_max = 1 << 16;
 
 /// Called on a remote free: if the segment's owner heap has no thread any
 /// more, the freeing thread absorbs it, so that memory whose thread ended
-/// goes back into use (and to the OS) instead of waiting for a new thread.
-/// Orphaned heaps are seen at once; heaps whose thread died without telling
-/// (no libc) are found by a probe every `remote_frees_per_probe_min` to
-/// `remote_frees_per_probe_max` frees.
+/// goes back into use (and to the OS) instead of waiting for a new thread:
+/// at once if it was orphaned longer than the grace, else once the grace
+/// is over (`absorbNoted`). Orphaned heaps are seen at once; heaps whose
+/// thread died without telling (no libc) are found by a probe every
+/// `remote_frees_per_probe_min` to `remote_frees_per_probe_max` frees, and
+/// orphaned then (`orphanDead`).
 pub fn absorbIfOrphaned(segment: *Segment) bool {
     comptime assert(!builtin.single_threaded);
     // Acquire: pairs with the SeqCst store in Heap.absorb; an older owner is
@@ -808,7 +857,10 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
             else
                 std.math.clamp(heap.remote_frees_per_probe *| 2, remote_frees_per_probe_min, remote_frees_per_probe_max);
             heap.remote_frees_until_probe = heap.remote_frees_per_probe;
-            if (!dead) return false;
+            // Left to a new thread first, then absorbed by this one as
+            // any orphan it freed into (`orphanDead`, `absorbNoted`).
+            if (dead and orphanDead(other, owner)) heap.orphan_noted = other;
+            return false;
         },
         .free, .claimed, .unborn => return false,
     }
@@ -824,10 +876,15 @@ pub fn absorbIfOrphaned(segment: *Segment) bool {
 /// end stayed in the orphan: nothing looked at it again until some thread
 /// mapped a fresh segment or a new thread started.
 pub fn absorbNoted(heap: *Heap) void {
+    absorbNotedWithin(heap, orphan_grace_ns);
+}
+
+/// `absorbNoted`, once the orphan has been one for `grace_ns`.
+fn absorbNotedWithin(heap: *Heap, grace_ns: u64) void {
     comptime assert(!builtin.single_threaded);
     const other = heap.orphan_noted orelse return;
     const owner = loadOwner(other);
-    if (owner.state == .orphaned and recentlyOrphaned(other)) return;
+    if (owner.state == .orphaned and orphanedWithin(other, grace_ns)) return;
     heap.orphan_noted = null;
     if (owner.state == .orphaned and other != heap and claimToAbsorb(other, owner)) absorbClaimed(heap, other);
 }
@@ -911,6 +968,11 @@ test "remote frees probe a live owner less and less often, a dead one's finder a
     heap.remote_frees_until_probe = 0;
     gpa.free(dead.blocks[0]);
     try std.testing.expectEqual(@as(u32, remote_frees_per_probe_min), heap.remote_frees_until_probe);
+    // Found dead, the heap is orphaned with its memory and left to a new
+    // thread for the grace (`orphanDead`); absorbed at once, it would be
+    // an empty shell for the next thread.
+    try std.testing.expectEqual(State.orphaned, loadOwner(dead_heap).state);
+    try std.testing.expectEqual(dead_heap, heap.orphan_noted.?);
     gpa.free(dead.blocks[1]);
 }
 
