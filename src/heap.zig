@@ -1066,6 +1066,12 @@ pub const Heap = struct {
     pub fn releaseUnused(heap: *Heap) void {
         heap.collectFreePages();
         heap.purgeTo(purge.keep_bytes, .cold_first, .pool);
+        heap.endPurgeWaits();
+    }
+
+    /// Ends the heap's decay period and any wait past the budget
+    /// (purge.zig): its thread ended or changed, and their clocks with it.
+    fn endPurgeWaits(heap: *Heap) void {
         heap.decay_due_ns = 0;
         heap.budget_due_ns = 0;
         heap.budget_wait_own = false;
@@ -1083,9 +1089,7 @@ pub const Heap = struct {
     /// mark and overdue period would call all of this memory idle.
     pub fn resumeForNewOwner(heap: *Heap) void {
         heap.collectFreePages();
-        heap.decay_due_ns = 0;
-        heap.budget_due_ns = 0;
-        heap.budget_wait_own = false;
+        heap.endPurgeWaits();
         purge.schedule(heap);
     }
 
@@ -1202,9 +1206,7 @@ pub const Heap = struct {
         other.pages_direct = @splat(&page_empty);
         other.with_free = .{};
         other.with_run = .{};
-        other.decay_due_ns = 0;
-        other.budget_due_ns = 0;
-        other.budget_wait_own = false;
+        other.endPurgeWaits();
         purge.grew(heap);
     }
 
