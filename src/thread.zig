@@ -45,11 +45,12 @@
 //! heap in constant time (`claim`), heaps that hold memory first:
 //! 1. the heap its thread id last owned, if that is still tagged with it
 //!    (rule 2 below), from `tid_hints`;
-//! 2. an orphaned heap from the vacant stack (a free shell popped there is
-//!    held back for step 4);
+//! 2. where the system announces thread ends, an orphaned heap from the
+//!    vacant stack;
 //! 3. a heap whose thread is gone, among the next `probe_batch_count`
 //!    heaps of a shared cursor (rule 1 below);
-//! 4. the free shell;
+//! 4. the heap popped from the vacant stack and held back: a free shell,
+//!    or (where thread ends go unannounced) an orphan;
 //! and creates one only when all of these fail. The cursor moves one heap
 //! per probe, so the threads together sweep the registry and a heap whose
 //! thread is gone is met within one sweep. Before a heap maps a fresh
@@ -416,16 +417,19 @@ fn claim() ?*Heap {
     // threads alive at once. Bounded: absorbing takes microseconds.
     for (0..claim_rounds_max) |_| {
         var saw_claimed = false;
-        const vacant = popVacantFor(pid, tid, &saw_claimed);
-        if (vacant.taken) |heap| return heap;
+        const vacant = popVacantFor(&saw_claimed);
+        if (vacant) |heap| {
+            const owner = loadOwner(heap);
+            if (owner.state == .orphaned and exit_hook.announces() and take(heap, owner, pid, tid)) return heap;
+        }
         if (takeProbed(pid, tid, &saw_claimed)) |heap| {
             // Back on the stack for the next thread.
-            if (vacant.shell) |shell| listVacant(shell);
+            if (vacant) |held| listVacant(held);
             return heap;
         }
-        if (vacant.shell) |shell| {
-            const owner = loadOwner(shell);
-            if (owner.state == .free and take(shell, owner, pid, tid)) return shell;
+        if (vacant) |held| {
+            const owner = loadOwner(held);
+            if ((owner.state == .free or owner.state == .orphaned) and take(held, owner, pid, tid)) return held;
             // Taken meanwhile (it was off the stack, so through a probe).
             saw_claimed = true;
         }
@@ -454,9 +458,18 @@ fn hintIndex(tid: os.Tid) usize {
     return @as(u32, @bitCast(tid)) % tid_hint_count;
 }
 
-/// Pops the vacant stack until it takes an orphaned heap, or finds a free
-/// shell, which it leaves to the caller (off the stack, not taken).
-fn popVacantFor(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) struct { taken: ?*Heap = null, shell: ?*Heap = null } {
+/// Pops the vacant stack until it finds a heap orphaned or free, which it
+/// leaves to the caller (off the stack, not taken).
+///
+/// Where thread ends go unannounced, the caller holds an orphan back, as it
+/// does a shell, and probes first: a heap whose thread is gone is met only
+/// by the cursor's sweep, and there orphans are the few that running
+/// threads' probes found. Taken first, the orphans went to the first new
+/// threads, and the later ones swept a registry where the heaps taken
+/// meanwhile lay between the dead ones: eight live heaps in a row, and a
+/// thread created a heap while dead ones were left (32-bit x86 without
+/// libc, under qemu: a second wave of 256 threads made 80 more heaps).
+fn popVacantFor(saw_claimed: *bool) ?*Heap {
     // Every pop removes an entry, and a heap is listed at most once: the
     // stack holds at most one entry per index (pushes meanwhile may add a
     // few, found by the next round).
@@ -466,17 +479,13 @@ fn popVacantFor(pid: os.Pid, tid: os.Tid, saw_claimed: *bool) struct { taken: ?*
         heap.entry.listed.store(false, .seq_cst);
         const owner: Owner = @bitCast(heap.owner.load(.seq_cst));
         switch (owner.state) {
-            .orphaned => {
-                if (take(heap, owner, pid, tid)) return .{ .taken = heap };
-                // Claimed by an absorber first: it comes back as a shell.
-                saw_claimed.* = true;
-            },
-            .free => return .{ .shell = heap },
+            .orphaned, .free => return heap,
+            // Claimed by an absorber: it comes back as a shell.
             .claimed => saw_claimed.* = true,
             .unborn, .active => {},
         }
     }
-    return .{};
+    return null;
 }
 
 /// Rule 1 (and 2) over the next `probe_batch_count` heaps of the cursor.
