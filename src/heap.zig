@@ -566,7 +566,7 @@ pub const Heap = struct {
     noinline fn retireAfterFree(heap: *Heap, page: *Page) void {
         heap.freeing = true;
         defer heap.freeing = false;
-        if (heap.retirePage(page) != .nothing) purge.decayIfDue(heap);
+        if (heap.retirePage(page, .may_evict) != .nothing) purge.decayIfDue(heap);
     }
 
     /// A free by a thread that does not own the block's page.
@@ -651,7 +651,9 @@ pub const Heap = struct {
         if (page.flags.in_full) heap.unfull(page);
         // The current page is being allocated from: keep it.
         if (page.isCurrent() or !page.isEntirelyFree()) return .nothing;
-        return heap.retirePage(page);
+        // processNotices walks the segments: freeing a page kept for another
+        // class could release the next segment of its walk.
+        return heap.retirePage(page, .keeps_others);
     }
 
     /// What giving back a page released.
@@ -665,8 +667,10 @@ pub const Heap = struct {
         heap.queuePushBack(page);
     }
 
-    /// A page's last block came back.
-    fn retirePage(heap: *Heap, page: *Page) Released {
+    /// A page's last block came back. `others`: whether pages kept for
+    /// other classes may be freed to make room for this one
+    /// (`makeRoomToRetain`), which may release their segments.
+    fn retirePage(heap: *Heap, page: *Page, others: enum { may_evict, keeps_others }) Released {
         assert(page.isEntirelyFree() and !page.flags.in_full);
         // Keep a size's only page, so a loop that allocates and frees one
         // block does not give the page back each time, until the end of the
@@ -678,13 +682,18 @@ pub const Heap = struct {
         heap.retire_tick +%= 1;
         const bytes = page.touchedBytes();
         const bit = @as(u128, 1) << @intCast(page.class);
-        // Kept before and in use again since (parkFull, setLargeClass): its
-        // old share of the budget is this one's.
         if (heap.retained_classes & bit != 0) {
-            heap.retained_classes &= ~bit;
-            heap.retained_bytes -|= heap.retained_at[page.class].bytes;
+            // A kept page is its class's first (checkInvariants). One in
+            // use again since (parkFull, setLargeClass, findPageInQueue)
+            // is kept no more: its share goes, and this page may take it.
+            const first = heap.queues[page.class].first;
+            if (first == null or !first.?.retained) {
+                heap.retained_classes &= ~bit;
+                heap.retained_bytes -|= heap.retained_at[page.class].bytes;
+            }
         }
-        if (heap.queues[page.class].count == 1 and heap.makeRoomToRetain(bytes)) {
+        const fits = heap.retained_bytes + bytes <= retain_bytes_max;
+        if (heap.queues[page.class].count == 1 and (fits or (others == .may_evict and heap.makeRoomToRetain(bytes)))) {
             page.retained = true;
             heap.retained_classes |= bit;
             heap.retained_bytes += bytes;
@@ -703,7 +712,6 @@ pub const Heap = struct {
     /// up its page at each allocation until the decay period ended: 100 to
     /// 120 ns a pair from 12 KiB to 1 MiB, four times glibc's.)
     fn makeRoomToRetain(heap: *Heap, bytes: usize) bool {
-        if (heap.retained_bytes + bytes <= retain_bytes_max) return true;
         var classes = heap.retained_classes;
         // Bounded: one step per class.
         while (classes != 0) : (classes &= classes - 1) {
@@ -1480,8 +1488,10 @@ pub const Heap = struct {
                 assert(count <= queue.count);
                 assert(page.class == class and !page.flags.in_full);
                 assert(page.used <= page.capacity and page.capacity <= page.reserved);
-                // Only a class's first page is kept as retained.
+                // Only a class's first page is kept as retained, and its
+                // class's bit (so releaseRetained frees it) says so.
                 assert(!page.retained or page == queue.first);
+                assert(!page.retained or heap.retained_classes & (@as(u128, 1) << @intCast(class)) != 0);
             }
             assert(count == queue.count);
             if (size_class.blockSize(@intCast(class)) <= direct_size_max_bytes) {
@@ -1688,5 +1698,27 @@ test "a program stepping through sizes keeps each size's page while it allocates
         heap.checkInvariants();
     }
     if (checked < sizes.len / 2) return error.SkipZigTest;
+    heap.checkInvariants();
+}
+
+test "a page kept for its class stays counted when a full page of that class empties" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    gpa.destroy(try gpa.create(u64));
+    const heap = thread.current();
+    // One block per page, in a class no other test uses.
+    const size = 200 * 1024;
+    const class = size_class.ofSize(size);
+    if (heap.queues[class].count != 0) return error.SkipZigTest;
+    const first = try gpa.alloc(u8, size);
+    // The first page is full: the second block parks it and takes a page.
+    const second = try gpa.alloc(u8, size);
+    const kept = Segment.ofPtr(second.ptr).pageOf(second.ptr);
+    gpa.free(second);
+    if (!kept.retained) return error.SkipZigTest;
+    // The parked page comes back and empties beside the kept one.
+    gpa.free(first);
+    try std.testing.expect(kept.retained and heap.queues[class].first == kept);
+    try std.testing.expect(heap.retained_classes & (@as(u128, 1) << @intCast(class)) != 0);
     heap.checkInvariants();
 }
