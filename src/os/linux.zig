@@ -28,10 +28,34 @@ fn mapFlags() linux.MAP {
     return flags;
 }
 
-fn mmap(len: usize) ?usize {
-    const rc = linux.mmap(null, len, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
+/// `hint`: where the mapping should start, if that range is free (0: where
+/// the kernel likes). Never MAP_FIXED: nothing mapped there is replaced.
+fn mmap(hint: usize, len: usize) ?usize {
+    const address: ?[*]u8 = if (hint == 0) null else @ptrFromInt(hint);
+    const rc = linux.mmap(address, len, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
     if (linux.errno(rc) != .SUCCESS) return null;
     return rc;
+}
+
+/// Where the last aligned mapping starts. The kernel hands out addresses
+/// top-down, right below the last mapping, so an aligned mapping whose
+/// length is not a multiple of its alignment (a huge block with its
+/// header) landed unaligned and cost four system calls (the mapping, its
+/// unmap, a larger one, a trim at each end). Asked for at the aligned
+/// address just below the last one, it costs one. A hint: when that range
+/// is taken (another mapping, or another thread's), the kernel places the
+/// mapping as it likes and the old way follows.
+var aligned_below: std.atomic.Value(usize) = .init(0);
+
+/// The aligned start just below `below` for `len` bytes, if there is room.
+fn hintBelow(below: usize, len: usize, alignment: usize, offset: usize) usize {
+    if (below == 0) return 0;
+    const end = std.math.add(usize, below, offset) catch return 0;
+    const top = std.math.sub(usize, end, len) catch return 0;
+    const aligned = std.mem.alignBackward(usize, top, alignment);
+    if (aligned < offset + alignment) return 0;
+    assert(aligned - offset + len <= below);
+    return aligned - offset;
 }
 
 /// `len` (page-aligned) bytes such that `result + offset` is a multiple of
@@ -39,24 +63,26 @@ fn mmap(len: usize) ?usize {
 pub fn map(len: usize, alignment: usize, offset: usize) ?usize {
     const page = std.heap.pageSize();
     if (alignment > page) {
-        // The kernel tends to place a mapping right below the previous one,
-        // so after the first aligned segment a plain mmap is often aligned
-        // already: one system call instead of three.
-        const address = mmap(len) orelse return null;
-        if ((address + offset) % alignment == 0) return address;
+        // Monotonic, load and store: a hint; any value will do.
+        const address = mmap(hintBelow(aligned_below.load(.monotonic), len, alignment, offset), len) orelse return null;
+        if ((address + offset) % alignment == 0) {
+            aligned_below.store(address, .monotonic);
+            return address;
+        }
         unmap(address, len);
     }
     // Over-map by the alignment so that an aligned start exists inside, then
     // trim both ends. Alignments up to the page size need no trimming.
     const slack = if (alignment > page) alignment else 0;
     const request = std.math.add(usize, len, slack) catch return null;
-    const raw = mmap(request) orelse return null;
+    const raw = mmap(0, request) orelse return null;
     const start = std.mem.alignForward(usize, raw + offset, alignment) - offset;
     assert(start >= raw);
     assert(start + len <= raw + request);
     if (start > raw) unmap(raw, start - raw);
     const tail = raw + request - (start + len);
     if (tail > 0) unmap(start + len, tail);
+    if (alignment > page) aligned_below.store(start, .monotonic);
     return start;
 }
 
