@@ -720,12 +720,12 @@ pub const Heap = struct {
             if (heap.retire_tick -% kept.tick < retain_age_min_retires) continue;
             heap.retained_classes &= ~(@as(u128, 1) << @intCast(class));
             heap.retained_bytes -|= kept.bytes;
-            // A kept page is its class's first (checkInvariants).
-            const page = heap.queues[class].first orelse continue;
-            if (!page.retained) continue;
-            // In use again, it retires anew when it empties.
-            page.retained = false;
-            if (page.isEntirelyFree()) _ = heap.freePage(page);
+            // A kept page is its class's first (checkInvariants); one in use
+            // again retires anew when it empties.
+            if (heap.queues[class].first) |page| if (page.retained) {
+                page.retained = false;
+                if (page.isEntirelyFree()) _ = heap.freePage(page);
+            };
             if (heap.retained_bytes + bytes <= retain_bytes_max) return true;
         }
         return false;
