@@ -129,6 +129,10 @@ pub const Heap = struct {
     /// Set while a free of the owning thread retires a page: free memory
     /// that grows then may wait past the budget (purge.zig, rule 4).
     freeing: bool,
+    /// Set while the heap collects the blocks other threads freed into its
+    /// pages (`processNotices`): free memory that grows then may wait past
+    /// the budget for `purge.budget_grace_ns` (purge.zig, rule 4).
+    collecting: bool,
     /// Whether the wait of `budget_due_ns` began with the heap's own frees:
     /// free memory that grows during it, by any means, waits with it.
     budget_wait_own: bool,
@@ -204,6 +208,7 @@ pub const Heap = struct {
         .decay_due_ns = 0,
         .budget_due_ns = 0,
         .freeing = false,
+        .collecting = false,
         .budget_wait_own = false,
         .period_index = 0,
         .retained_classes = 0,
@@ -608,6 +613,8 @@ pub const Heap = struct {
         if (heap.notice_groups.load(.monotonic) == 0) return;
         // SeqCst: see notifyOwner.
         var groups = heap.notice_groups.swap(0, .seq_cst);
+        heap.collecting = true;
+        defer heap.collecting = false;
         while (groups != 0) : (groups &= groups - 1) {
             const list = &heap.segments[@ctz(groups)];
             var steps = list.count;
