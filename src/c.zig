@@ -209,6 +209,12 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
         check.afterResize(p, old_size, same_or_moved, null);
         return same_or_moved;
     }
+    // A large block that cannot grow in place moves by its kernel pages
+    // (Heap.moveLarge); the old one is then freed as any block.
+    if (Heap.moveLarge(p, max_align_bytes, size)) |moved| {
+        free(p);
+        return moved;
+    }
     const fresh: [*]u8 = @ptrCast(malloc(size) orelse return null);
     @memcpy(fresh[0..@min(old_size, size)], p[0..@min(old_size, size)]);
     free(p);

@@ -19,6 +19,9 @@
 //! - `can_move`: moving pages to another address without copying (Linux's
 //!   mremap). Without it, a huge block that cannot grow in place is copied
 //!   by the caller, and the huge cache cannot split or join mappings.
+//!   `movePages` moves pages between places inside kennel's mappings and
+//!   leaves the source empty (Linux 5.7 and later); without it a large
+//!   block that cannot grow in place is copied.
 //! - Growing in place may fail anywhere (the neighbouring address space is
 //!   taken); on Windows it works only inside the original reservation, on
 //!   wasm only where the following memory is free.
@@ -282,6 +285,28 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
     }
     accountMapped(@as(isize, @intCast(new_aligned)) - @as(isize, @intCast(old_aligned)));
     return true;
+}
+
+/// Moves the pages of [src, src+len) onto [dest, dest+len), replacing the
+/// pages there, and leaves `src` mapped and empty: it reads back zeroes, as
+/// after `purge`. Both ranges lie in mappings kennel made, `len` is whole
+/// kernel pages. A large block that cannot grow in place moves this way
+/// (Heap.moveLarge): no copy, and the new block's first part faults
+/// nothing. False where the system cannot (Linux before 5.7, emulators
+/// that get it wrong: see the backend's probe) or refuses; nothing moved
+/// then, and the caller copies.
+pub fn movePages(src: [*]align(page_size_min_bytes) u8, dest: [*]align(page_size_min_bytes) u8, len: usize) bool {
+    if (!@hasDecl(backend, "movePages")) return false;
+    assert(len > 0 and len % pageSize() == 0);
+    assert(@intFromPtr(src) % pageSize() == 0 and @intFromPtr(dest) % pageSize() == 0);
+    assert(@intFromPtr(src) + len <= @intFromPtr(dest) or @intFromPtr(dest) + len <= @intFromPtr(src));
+    return backend.movePages(@intFromPtr(src), @intFromPtr(dest), len);
+}
+
+/// Whether `movePages` can move pages here (tests).
+pub fn movesPages() bool {
+    if (!@hasDecl(backend, "movePages")) return false;
+    return backend.movePagesWork();
 }
 
 /// Moves the pages of [ptr, ptr+old_len) onto `dest`, a mapping of new_len

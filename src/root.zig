@@ -80,9 +80,16 @@ fn resize(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usiz
 }
 
 fn remap(context: *anyopaque, memory: []u8, alignment: Alignment, new_len: usize, return_address: usize) ?[*]u8 {
-    _ = context;
-    _ = return_address;
-    const ptr = Heap.remap(memory.ptr, alignment.toByteUnits(), blockLen(new_len), .to_class) orelse return null;
+    const ptr = Heap.remap(memory.ptr, alignment.toByteUnits(), blockLen(new_len), .to_class) orelse {
+        // A large block that cannot grow in place moves by its kernel
+        // pages, and the old one is freed as any block: the caller would
+        // otherwise copy it. moveLarge runs only where alloc and free hook
+        // nothing but the count of requested bytes.
+        const moved = Heap.moveLarge(memory.ptr, alignment.toByteUnits(), blockLen(new_len)) orelse return null;
+        if (hooked) countRequested(new_len, 0);
+        free(context, memory, alignment, return_address);
+        return moved;
+    };
     if (hooked) resized(memory.ptr, memory.len, ptr, new_len);
     return ptr;
 }

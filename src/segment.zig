@@ -839,6 +839,37 @@ pub const Segment = extern struct {
         if (kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(last));
     }
 
+    /// The bytes from `kept` to `moved_end` of a large page's block (offsets
+    /// in it, whole kernel pages) went to another block by their kernel
+    /// pages (Heap.moveLarge, os.movePages), which left them empty. Gives
+    /// back what the page's slices hold past `moved_end`, and records them
+    /// as touched up to `kept` only, as a purge would: the block is about to
+    /// be freed, and its slices then add only that much free memory. Not
+    /// slice 0 (whose record leaves out the header). Owner only.
+    pub fn forgetMoved(segment: *Segment, page: *const Page, kept: usize, moved_end: usize) void {
+        assert(Kind.ofClass(page.class) == .large and page.index != 0);
+        assert(kept % os.pageSize() == 0 and moved_end % os.pageSize() == 0);
+        assert(kept < moved_end and moved_end <= page.block_size and kept <= slice_bytes);
+        const first: usize = page.index;
+        const last = first + page.slice_count - 1;
+        const area = @intFromPtr(page.area);
+        assert(area == @intFromPtr(segment) + (first << slice_shift));
+        const touched_end = std.mem.alignForward(usize, segment.touchedEnd(first, last), os.pageSize());
+        if (touched_end > area + moved_end) os.purge(@ptrFromInt(area + moved_end), touched_end - (area + moved_end));
+        const bits = spanMask(first, page.slice_count);
+        const before = segment.touchedBytesOf(bits);
+        // The first slice keeps the block's first `kept` bytes, as far as
+        // they were touched.
+        const kept_units = @min(segment.slice_touched[first], kept / touch_unit_bytes);
+        for (first..last + 1) |i| segment.slice_touched[i] = 0;
+        segment.resident_mask &= ~bits;
+        if (kept_units > 0) {
+            segment.slice_touched[first] = @intCast(kept_units);
+            segment.resident_mask |= @as(u64, 1) << @intCast(first);
+        }
+        purge.untouched(before - touchedSliceBytes(first, kept_units));
+    }
+
     /// Gives a page's slices back to the segment; their memory stays
     /// resident until the heap purges it. Returns the page's resident bytes
     /// (free memory the segment gained).

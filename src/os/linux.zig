@@ -233,6 +233,51 @@ pub fn moveInto(address: usize, old_len: usize, dest: usize, new_len: usize) boo
     return true;
 }
 
+/// mremap with MREMAP_DONTUNMAP (Linux 5.7 and later): the pages move and
+/// the source stays mapped, empty. Whether it works is found at the first
+/// move (`probeMovePages`).
+pub fn movePages(src: usize, dest: usize, len: usize) bool {
+    if (!movePagesWork()) return false;
+    const rc = linux.mremap(@ptrFromInt(src), len, len, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(dest));
+    if (linux.errno(rc) != .SUCCESS) return false;
+    assert(rc == dest);
+    return true;
+}
+
+const MovePages = enum(u8) { unknown, work, absent };
+
+/// Whether movePages works here, found at the first move.
+var move_pages: std.atomic.Value(MovePages) = .init(.unknown);
+
+pub fn movePagesWork() bool {
+    // Monotonic: a fact about the kernel; racing probes find the same.
+    switch (move_pages.load(.monotonic)) {
+        .work => return true,
+        .absent => return false,
+        .unknown => {},
+    }
+    const found: MovePages = if (probeMovePages()) .work else .absent;
+    move_pages.store(found, .monotonic);
+    return found == .work;
+}
+
+/// An older kernel refuses the flag (EINVAL); an emulator might accept it
+/// and do something else, so the probe moves a page it wrote and checks
+/// both ends: the contents at the destination, zeroes at the source.
+fn probeMovePages() bool {
+    const page = os.pageSize();
+    const rc = linux.mmap(null, 2 * page, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
+    if (linux.errno(rc) != .SUCCESS) return false;
+    defer _ = linux.munmap(@ptrFromInt(rc), 2 * page);
+    const src: *volatile u8 = @ptrFromInt(rc);
+    const dest: *volatile u8 = @ptrFromInt(rc + page);
+    src.* = 0x5a;
+    dest.* = 0x33;
+    const moved = linux.mremap(@ptrFromInt(rc), page, page, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(rc + page));
+    if (linux.errno(moved) != .SUCCESS or moved != rc + page) return false;
+    return dest.* == 0x5a and src.* == 0;
+}
+
 /// The coarse monotonic clock, read through the vDSO without a system
 /// call. With libc, through libc: std's own vDSO lookup reads the auxiliary
 /// vector that Zig's start code saves, and in a library loaded into a C

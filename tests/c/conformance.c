@@ -331,6 +331,17 @@ static void test_realloc(void) {
     /* Growing within the block's class stays in place. */
     unsigned char *a = malloc(100);
     CHECK(realloc(a, malloc_usable_size(a)) == a);
+    /* A large block that cannot grow in place (a neighbour follows it) moves,
+       its pages or a copy, keeping its contents; the neighbour keeps its. */
+    unsigned char *l = malloc(600 << 10), *next = malloc(600 << 10);
+    fill(l, 600 << 10, 4);
+    fill(next, 600 << 10, 5);
+    l = realloc(l, 1500 << 10);
+    CHECK(l != NULL && intact(l, 600 << 10, 4) && intact(next, 600 << 10, 5));
+    fill(l, 1500 << 10, 6);
+    CHECK(intact(l, 1500 << 10, 6));
+    free(next);
+    free(l);
     /* A huge block grows in place or moves its pages, keeping contents. */
     unsigned char *h = malloc(3 << 20);
     fill(h, 3 << 20, 9);

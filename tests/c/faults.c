@@ -61,6 +61,24 @@ static void double_free_huge(void) {
     free(p);
 }
 
+/* A large block that could not grow in place moved its pages to the new
+   block (Linux, fast library): the old one was freed with them gone, and
+   must still be known as freed. The neighbour keeps it from growing. */
+static void double_free_after_moving_realloc(void) {
+    /* Pairs of blocks until the first of a pair cannot grow in place. */
+    for (int i = 0; i < 16; i++) {
+        char *p = malloc(600 << 10), *neighbour = malloc(600 << 10);
+        if (p == NULL || neighbour == NULL) abort();
+        memset(p, 7, 600 << 10);
+        char *q = realloc(p, 1500 << 10);
+        if (q == NULL) abort();
+        if (q == p) continue; /* grew in place: leaked, as the pair */
+        announce(p);
+        free(p);
+        return;
+    }
+}
+
 static void double_free_after_reuse(void) {
     char *p = malloc(64);
     free(p);
@@ -634,6 +652,7 @@ static const struct fault faults[] = {
     /* The hardened library has given the mapping back: no trace is left. */
     {"double free huge", double_free_huge, ABORT_NAMING, ABORT_NAMING, "double free", "not allocated by kennel"},
     {"double free after reuse", double_free_after_reuse, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free after a moving realloc", double_free_after_moving_realloc, ABORT_NAMING, ABORT_NAMING, "freed twice", "double free"},
     {"double free, two threads", double_free_two_threads, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"double free, racing", double_free_racing, ABORT_NAMING, NOT_RUN, "double free", NULL},
     {"free(misaligned)", free_misaligned, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
