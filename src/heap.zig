@@ -1490,7 +1490,9 @@ pub const Heap = struct {
         assert(segment.pageOf(ptr) == page and page.block_size == old_len);
         const kernel_page = os.pageSize();
         const moved_end = std.mem.alignBackward(usize, old_len, kernel_page);
-        if (@intFromPtr(fresh) % kernel_page != 0 or moved_end <= kernel_page or
+        // Into a large page only: a huge mapping keeps count of the kernel
+        // mappings it is made of (huge.zig), which moved pages would add to.
+        if (Segment.ofPtr(fresh).kind != .pages or @intFromPtr(fresh) % kernel_page != 0 or moved_end <= kernel_page or
             !os.movePages(@alignCast(ptr + kernel_page), @alignCast(fresh + kernel_page), moved_end - kernel_page))
         {
             @memcpy(fresh[0..old_len], ptr[0..old_len]);

@@ -263,19 +263,33 @@ pub fn movePagesWork() bool {
 
 /// An older kernel refuses the flag (EINVAL); an emulator might accept it
 /// and do something else, so the probe moves a page it wrote and checks
-/// both ends: the contents at the destination, zeroes at the source.
+/// both ends: the contents at the destination, zeroes at the source. And
+/// the moved page must merge back into the mapping around it: kernels
+/// before about 6.x keep it as a kernel mapping (VMA) of its own, and every
+/// move would then split a segment further, toward the process's limit
+/// (vm.max_map_count). The check: the whole range, the moved page
+/// included, moves again in one call, which mremap allows only within one
+/// mapping.
 fn probeMovePages() bool {
     const page = os.pageSize();
-    const rc = linux.mmap(null, 2 * page, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
+    // The probe's four pages, an inaccessible page that keeps them a mapping
+    // of their own, and four to move them into.
+    const total = 9 * page;
+    const rc = linux.mmap(null, total, .{ .READ = true, .WRITE = true }, mapFlags(), -1, 0);
     if (linux.errno(rc) != .SUCCESS) return false;
-    defer _ = linux.munmap(@ptrFromInt(rc), 2 * page);
-    const src: *volatile u8 = @ptrFromInt(rc);
-    const dest: *volatile u8 = @ptrFromInt(rc + page);
+    defer _ = linux.munmap(@ptrFromInt(rc), total);
+    if (linux.errno(linux.mprotect(@ptrFromInt(rc + 4 * page), page, .{})) != .SUCCESS) return false;
+    const src: *volatile u8 = @ptrFromInt(rc + page);
+    const dest: *volatile u8 = @ptrFromInt(rc + 2 * page);
     src.* = 0x5a;
     dest.* = 0x33;
-    const moved = linux.mremap(@ptrFromInt(rc), page, page, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(rc + page));
-    if (linux.errno(moved) != .SUCCESS or moved != rc + page) return false;
-    return dest.* == 0x5a and src.* == 0;
+    const moved = linux.mremap(@ptrFromInt(rc + page), page, page, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(rc + 2 * page));
+    if (linux.errno(moved) != .SUCCESS or moved != rc + 2 * page) return false;
+    if (dest.* != 0x5a or src.* != 0) return false;
+    const whole = linux.mremap(@ptrFromInt(rc), 4 * page, 4 * page, .{ .MAYMOVE = true, .FIXED = true }, @ptrFromInt(rc + 5 * page));
+    if (linux.errno(whole) != .SUCCESS) return false;
+    const again: *volatile u8 = @ptrFromInt(rc + 7 * page);
+    return again.* == 0x5a;
 }
 
 /// The coarse monotonic clock, read through the vDSO without a system
