@@ -149,27 +149,40 @@ const madv_populate_read = 22;
 /// The largest guard made with markers.
 pub const marker_bytes_max = 128 * 1024;
 
-const Markers = enum(u8) { unknown, work, absent };
+/// A capability of the kernel that a probe finds at its first use, and
+/// every later use reads.
+fn Probed(comptime probe: fn () bool) type {
+    return struct {
+        const State = enum(u8) { unknown, work, absent };
+        var state: std.atomic.Value(State) = .init(.unknown);
+
+        fn works() bool {
+            // Monotonic: a fact about the kernel; racing probes find the same.
+            switch (state.load(.monotonic)) {
+                .work => return true,
+                .absent => return false,
+                .unknown => {},
+            }
+            const answer: State = if (probe()) .work else .absent;
+            state.store(answer, .monotonic);
+            return answer == .work;
+        }
+
+        /// Whether the probe ran and found it (tests).
+        fn known() bool {
+            // Monotonic: as in works.
+            return state.load(.monotonic) == .work;
+        }
+    };
+}
 
 /// Whether guard markers work here, found at the first guard.
-var markers: std.atomic.Value(Markers) = .init(.unknown);
+const markers = Probed(probeMarkers);
 
 /// Set when a guard that asked for markers fell back to mprotect (a range
 /// the kernel refuses them for, such as mlock'ed memory): from then on
 /// `unguard` undoes both kinds.
 var protect_used: std.atomic.Value(bool) = .init(false);
-
-fn markersWork() bool {
-    // Monotonic: a fact about the kernel; racing probes find the same.
-    switch (markers.load(.monotonic)) {
-        .work => return true,
-        .absent => return false,
-        .unknown => {},
-    }
-    const found: Markers = if (probeMarkers()) .work else .absent;
-    markers.store(found, .monotonic);
-    return found == .work;
-}
 
 /// An older kernel refuses the advice (EINVAL); an emulator may accept it
 /// and do nothing (qemu-user does), so the probe also checks that the page
@@ -184,7 +197,7 @@ fn probeMarkers() bool {
 }
 
 pub fn guard(address: usize, len: usize, purge_first: bool) bool {
-    if (len <= marker_bytes_max and markersWork()) {
+    if (len <= marker_bytes_max and markers.works()) {
         if (linux.errno(linux.madvise(@ptrFromInt(address), len, madv_guard_install)) == .SUCCESS) return true;
         // Monotonic: the range is handed to whoever unguards it through
         // the allocator's own synchronization, which orders this store.
@@ -195,7 +208,7 @@ pub fn guard(address: usize, len: usize, purge_first: bool) bool {
 }
 
 pub fn unguard(address: usize, len: usize, guarded_bytes: usize) bool {
-    if (guarded_bytes <= marker_bytes_max and markersWork()) {
+    if (guarded_bytes <= marker_bytes_max and markers.works()) {
         if (linux.errno(linux.madvise(@ptrFromInt(address), len, madv_guard_remove)) != .SUCCESS) return false;
         // Monotonic: see guard.
         if (!protect_used.load(.monotonic)) return true;
@@ -206,7 +219,7 @@ pub fn unguard(address: usize, len: usize, guarded_bytes: usize) bool {
 /// Tests: whether the page at `address` holds a guard marker (populating
 /// it fails); false where markers are not used.
 fn hasMarker(address: usize) bool {
-    if (markers.load(.monotonic) != .work) return false;
+    if (!markers.known()) return false;
     const page = std.mem.alignBackward(usize, address, os.pageSize());
     return linux.errno(linux.madvise(@ptrFromInt(page), os.pageSize(), madv_populate_read)) == .FAULT;
 }
@@ -237,28 +250,18 @@ pub fn moveInto(address: usize, old_len: usize, dest: usize, new_len: usize) boo
 /// the source stays mapped, empty. Whether it works is found at the first
 /// move (`probeMovePages`).
 pub fn movePages(src: usize, dest: usize, len: usize) bool {
-    if (!movePagesWork()) return false;
+    if (!move_pages.works()) return false;
     const rc = linux.mremap(@ptrFromInt(src), len, len, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(dest));
     if (linux.errno(rc) != .SUCCESS) return false;
     assert(rc == dest);
     return true;
 }
 
-const MovePages = enum(u8) { unknown, work, absent };
-
 /// Whether movePages works here, found at the first move.
-var move_pages: std.atomic.Value(MovePages) = .init(.unknown);
+const move_pages = Probed(probeMovePages);
 
 pub fn movePagesWork() bool {
-    // Monotonic: a fact about the kernel; racing probes find the same.
-    switch (move_pages.load(.monotonic)) {
-        .work => return true,
-        .absent => return false,
-        .unknown => {},
-    }
-    const found: MovePages = if (probeMovePages()) .work else .absent;
-    move_pages.store(found, .monotonic);
-    return found == .work;
+    return move_pages.works();
 }
 
 /// An older kernel refuses the flag (EINVAL); an emulator might accept it
