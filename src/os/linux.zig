@@ -288,11 +288,26 @@ fn probeMovePages() bool {
     dest.* = 0x33;
     const moved = linux.mremap(@ptrFromInt(rc + page), page, page, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(rc + 2 * page));
     if (linux.errno(moved) != .SUCCESS or moved != rc + 2 * page) return false;
+    // The source must still be there: qemu-user takes the flag and unmaps
+    // it. Read it through a system call first, which answers EFAULT
+    // rather than faulting (qemu checks the range as the kernel does).
+    if (!readable(rc + page)) return false;
     if (dest.* != 0x5a or src.* != 0) return false;
     const whole = linux.mremap(@ptrFromInt(rc), 4 * page, 4 * page, .{ .MAYMOVE = true, .FIXED = true }, @ptrFromInt(rc + 5 * page));
     if (linux.errno(whole) != .SUCCESS) return false;
     const again: *volatile u8 = @ptrFromInt(rc + 7 * page);
     return again.* == 0x5a;
+}
+
+/// Whether the byte at `address` can be read, asked of the kernel (a write
+/// of it into a pipe) rather than by reading it, which would fault.
+fn readable(address: usize) bool {
+    var fds: [2]linux.fd_t = undefined;
+    if (linux.errno(linux.pipe2(&fds, .{ .CLOEXEC = true })) != .SUCCESS) return false;
+    defer for (fds) |fd| {
+        _ = linux.close(fd);
+    };
+    return linux.errno(linux.write(fds[1], @ptrFromInt(address), 1)) == .SUCCESS;
 }
 
 /// The coarse monotonic clock, read through the vDSO without a system
