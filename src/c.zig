@@ -205,13 +205,14 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
     const checked = check.validate(p, "realloc");
     if (check.c_tail_bytes != 0) check.checkTailCanary(p, checked.usable, "realloc");
     const old_size = checked.usable - check.c_tail_bytes;
-    if (Heap.remap(p, max_align_bytes, check.cRequest(size) orelse return outOfMemory(), .to_half)) |same_or_moved| {
+    const request = check.cRequest(size) orelse return outOfMemory();
+    if (Heap.remap(p, max_align_bytes, request, .to_half)) |same_or_moved| {
         check.afterResize(p, old_size, same_or_moved, null);
         return same_or_moved;
     }
     // A large block that cannot grow in place moves by its kernel pages
     // (Heap.moveLarge); the old one is then freed as any block.
-    if (Heap.moveLarge(p, max_align_bytes, size)) |moved| {
+    if (Heap.moveLarge(p, max_align_bytes, request)) |moved| {
         free(p);
         return moved;
     }
