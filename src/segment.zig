@@ -210,6 +210,11 @@ pub const Segment = extern struct {
     /// last came to this segment or huge mapping: purges take memory from
     /// earlier periods first (purge.zig).
     freed_period: u32,
+    /// Blocks moved into this segment by their kernel pages (Heap.moveLarge),
+    /// each a kernel mapping of its own inside the segment's, until the
+    /// segment is unmapped (`destroy` gives them back to the process's
+    /// count, Heap.moved_blocks).
+    moved_in: u32,
 
     /// One entry per slice: the page starting there, or, for the other
     /// slices of a page, an entry whose `first_slice` leads to it.
@@ -418,6 +423,7 @@ pub const Segment = extern struct {
         segment.huge_alignment = 0;
         segment.huge_pieced = false;
         segment.freed_period = 0;
+        segment.moved_in = 0;
         segment.resident_mask = 0;
         segment.guards_closed = 0;
         segment.slice_touched = @splat(0);
@@ -430,6 +436,7 @@ pub const Segment = extern struct {
         assert(segment.kind == .pages);
         assert(segment.isEmpty());
         purge.untouched(segment.touchedBytes());
+        Heap.movedBlocksUnmapped(segment.moved_in);
         segment_map.remove(segment);
         os.unmap(@ptrCast(@alignCast(segment)), segment_size_bytes);
     }

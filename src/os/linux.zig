@@ -266,13 +266,15 @@ pub fn movePagesWork() bool {
 
 /// An older kernel refuses the flag (EINVAL); an emulator might accept it
 /// and do something else, so the probe moves a page it wrote and checks
-/// both ends: the contents at the destination, zeroes at the source. And
-/// the moved page must merge back into the mapping around it: kernels
-/// before about 6.x keep it as a kernel mapping (VMA) of its own, and every
-/// move would then split a segment further, toward the process's limit
-/// (vm.max_map_count). The check: the whole range, the moved page
-/// included, moves again in one call, which mremap allows only within one
-/// mapping.
+/// both ends: the contents at the destination, zeroes at the source. Last,
+/// the whole range, the moved page included, must move again in one call.
+/// A moved page stays a kernel mapping (VMA) of its own: it keeps the page
+/// offset of where it came from, and the kernel joins anonymous mappings
+/// only where those run on. A kernel that moves only within one mapping
+/// fails that last step, and moves stay off; one that moves a range of
+/// several (Linux 6.18 here) passes it, and what bounds the mappings moves
+/// add there, toward the process's limit (vm.max_map_count), is
+/// Heap.moved_blocks_max.
 fn probeMovePages() bool {
     const page = os.pageSize();
     // The probe's four pages, an inaccessible page that keeps them a mapping
