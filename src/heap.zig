@@ -1638,19 +1638,12 @@ test "a large block that cannot grow in place moves by its kernel pages, and lea
     const gpa = @import("root.zig").allocator;
     const kib = 1024;
     const old_len = Heap.move_bytes_min;
-    var block = try gpa.alloc(u8, old_len);
+    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    defer gpa.free(pair[1]);
+    var block = pair[0];
     for (block, 0..) |*byte, i| byte.* = @truncate(i *% 7 +% (i >> 12));
     const segment = Segment.ofPtr(block.ptr);
     const page = segment.pageOf(block.ptr);
-    // A block right after it, so that it cannot grow in place; and not at
-    // slice 0, which moveLarge leaves to the caller.
-    const neighbour = try gpa.alloc(u8, old_len);
-    defer gpa.free(neighbour);
-    const next = Segment.ofPtr(neighbour.ptr).pageOf(neighbour.ptr);
-    if (Segment.ofPtr(neighbour.ptr) != segment or next.index != page.index + page.slice_count or page.index == 0) {
-        gpa.free(block);
-        return error.SkipZigTest;
-    }
     const old = block.ptr;
     const old_first: usize = page.index;
     const old_count: usize = page.slice_count;
@@ -1677,17 +1670,10 @@ test "past the bound on moved blocks, a large block that cannot grow in place is
     if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const old_len = Heap.move_bytes_min;
-    var block = try gpa.alloc(u8, old_len);
+    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    defer gpa.free(pair[1]);
+    var block = pair[0];
     @memset(block, 9);
-    const segment = Segment.ofPtr(block.ptr);
-    const page = segment.pageOf(block.ptr);
-    const neighbour = try gpa.alloc(u8, old_len);
-    defer gpa.free(neighbour);
-    const next = Segment.ofPtr(neighbour.ptr).pageOf(neighbour.ptr);
-    if (Segment.ofPtr(neighbour.ptr) != segment or next.index != page.index + page.slice_count or page.index == 0) {
-        gpa.free(block);
-        return error.SkipZigTest;
-    }
     // As if the process held the most moved blocks it may.
     const saved = Heap.moved_blocks.swap(Heap.moved_blocks_max, .monotonic);
     defer Heap.moved_blocks.store(saved, .monotonic);
@@ -1700,6 +1686,25 @@ test "past the bound on moved blocks, a large block that cannot grow in place is
     // Neither counted nor moved.
     try std.testing.expectEqual(@as(u32, Heap.moved_blocks_max), Heap.moved_blocks.load(.monotonic));
     try std.testing.expectEqual(moved_in, movedIn(thread.current()));
+}
+
+/// Tests: a large block of `len` bytes and a block right after it in the
+/// same segment, so that the first cannot grow in place, and not at slice 0
+/// (which moveLarge leaves to the caller); null, both freed, where the heap
+/// placed them otherwise.
+fn blockWithNeighbour(gpa: std.mem.Allocator, len: usize) !?[2][]u8 {
+    const block = try gpa.alloc(u8, len);
+    const neighbour = gpa.alloc(u8, len) catch |err| {
+        gpa.free(block);
+        return err;
+    };
+    const segment = Segment.ofPtr(block.ptr);
+    const page = segment.pageOf(block.ptr);
+    const next = Segment.ofPtr(neighbour.ptr).pageOf(neighbour.ptr);
+    if (Segment.ofPtr(neighbour.ptr) == segment and next.index == page.index + page.slice_count and page.index != 0) return .{ block, neighbour };
+    gpa.free(neighbour);
+    gpa.free(block);
+    return null;
 }
 
 /// Blocks moved into `heap`'s segments (tests).
