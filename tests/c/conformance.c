@@ -358,6 +358,47 @@ static void test_realloc(void) {
     free(r);
 }
 
+/* The process's kernel mappings (VMAs), from /proc/self/maps; -1 where
+   it cannot be read. */
+static int mapping_count(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL) return -1;
+    int lines = 0, c;
+    while ((c = fgetc(f)) != EOF) lines += c == '\n';
+    fclose(f);
+    return lines;
+}
+
+/* A large block that moves by its kernel pages leaves a kernel mapping of
+   its own where it lands (two more for its segment's mapping), until its
+   segment is unmapped; the process may hold only vm.max_map_count of them
+   (65,530 by default), past which mmap fails. kennel moves at most 1,024
+   such blocks (Heap.moved_blocks_max) and copies the rest. Unbounded, this
+   loop added two mappings per block, 6,000 for 3,000 blocks. Stops once
+   the count stays put (no moves at all: hardened, or a kernel that cannot). */
+static void test_moves_bounded(void) {
+    enum { blocks_max = 3000, mappings_added_max = 2 * 1024 + 64 };
+    static unsigned char *kept[blocks_max];
+    const int before = mapping_count();
+    if (before < 0) return;
+    int count = 0, last = before, flat = 0;
+    while (count < blocks_max && flat < 64) {
+        unsigned char *l = malloc(600 << 10), *next = malloc(600 << 10);
+        CHECK(l != NULL && next != NULL);
+        l[0] = (unsigned char)count;
+        l = realloc(l, 1200 << 10);
+        CHECK(l != NULL && l[0] == (unsigned char)count);
+        free(next);
+        kept[count++] = l;
+        if (count % 8 != 0) continue;
+        const int now = mapping_count();
+        CHECK(now - before <= mappings_added_max);
+        flat = now == last ? flat + 8 : 0;
+        last = now;
+    }
+    for (int i = 0; i < count; i++) free(kept[i]);
+}
+
 static void test_alignment(void) {
     for (size_t a = 1; a <= ((size_t)1 << 20); a *= 2) {
         const size_t lens[] = {1, a, 3 * a + 1, 100000};
@@ -502,6 +543,7 @@ int main(int argc, char **argv) {
     if (fast) test_calloc_sparse();
     test_malloc_trim(fast);
     test_realloc();
+    test_moves_bounded();
     test_alignment();
     test_sized_and_prefixed();
     test_glibc_internal_names();
