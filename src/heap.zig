@@ -931,6 +931,7 @@ pub const Heap = struct {
     }
 
     fn keepSpare(heap: *Heap, segment: *Segment) void {
+        if (pool.unmapsMoved(segment)) return segment.destroy();
         if (heap.spares.count < spare_count_max) {
             heap.spares.push(segment);
             return;
@@ -1056,6 +1057,10 @@ pub const Heap = struct {
             // memory for a few KiB of fresh memory was faulted in again by
             // the next pages set up there.
             heap.dirty_bytes -= spare.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
+            if (pool.unmapsMoved(spare)) {
+                heap.spares.remove(spare);
+                spare.destroy();
+            }
         }
         for (&heap.segments) |*list| {
             var steps = list.count;
@@ -1686,6 +1691,47 @@ test "past the bound on moved blocks, a large block that cannot grow in place is
     // Neither counted nor moved.
     try std.testing.expectEqual(@as(u32, Heap.moved_blocks_max), Heap.moved_blocks.load(.monotonic));
     try std.testing.expectEqual(moved_in, movedIn(thread.current()));
+}
+
+test "an empty segment holding moved blocks' mappings is unmapped once its memory is purged" {
+    if (config.secure) return error.SkipZigTest;
+    const heap = thread.current();
+    // Not the heap's yet: as if moveLarge had moved a block into it, whose
+    // pages then went back.
+    var segment = Segment.create(heap) orelse return error.SkipZigTest;
+    if (!Heap.reserveMove()) {
+        segment.destroy();
+        return error.SkipZigTest;
+    }
+    segment.moved_in = 1;
+    const moved = Heap.moved_blocks.load(.monotonic);
+    // Purged, it is neither pooled nor kept as a spare, but unmapped.
+    try std.testing.expect(!pool.put(segment));
+    const spares = heap.spares.count;
+    heap.keepSpare(segment);
+    try std.testing.expectEqual(spares, heap.spares.count);
+    try std.testing.expectEqual(moved - 1, Heap.moved_blocks.load(.monotonic));
+
+    // With resident memory it is pooled, and unmapped when the pool purges it.
+    segment = Segment.create(heap) orelse return error.SkipZigTest;
+    try std.testing.expect(Heap.reserveMove());
+    segment.moved_in = 1;
+    const slice = segment_mod.slice_bytes;
+    @memset(@as([*]u8, @ptrCast(segment))[slice..][0..slice], 0x5a);
+    segment.resident_mask |= 1 << 1;
+    segment.slice_touched[1] = slice / Segment.touch_unit_bytes;
+    purge.touched(slice);
+    const pooled = pool.count();
+    if (!pool.put(segment)) {
+        // The pool is full.
+        _ = segment.purgeDirty();
+        segment.destroy();
+        return error.SkipZigTest;
+    }
+    try std.testing.expectEqual(pooled + 1, pool.count());
+    pool.purgeResident(std.math.maxInt(usize));
+    try std.testing.expectEqual(pooled, pool.count());
+    try std.testing.expectEqual(moved - 1, Heap.moved_blocks.load(.monotonic));
 }
 
 /// Tests: a large block of `len` bytes and a block right after it in the

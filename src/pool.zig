@@ -84,11 +84,14 @@ fn countMax() usize {
 }
 
 /// Puts an empty segment into the pool, with whatever resident memory it
-/// has. False when the pool is full: the caller unmaps it.
+/// has. False when the pool is full, or for a segment with no resident
+/// memory that holds moved blocks' kernel mappings (`unmapsMoved`): the
+/// caller unmaps it.
 pub fn put(segment: *Segment) bool {
     assert(segment.isEmpty());
     assert(segment.all.next == null and segment.all.prev == null);
     const resident = segment.dirtyBytes();
+    if (unmapsMoved(segment)) return false;
     // The wait starts with the first resident memory (a pool that only
     // receives keeps none for longer).
     if (resident > 0 and residentBytes() == 0) {
@@ -160,19 +163,39 @@ pub fn purgeResident(bytes: usize) void {
     var steps: usize = 0;
     while (purged < bytes and steps <= countMax()) : (steps += 1) {
         if (residentBytes() == 0) return;
-        lock();
-        defer unlock();
-        const segment = resident_first orelse return;
-        const released = segment.purgeDirtyAtLeast(bytes - purged);
-        purged += released;
-        // Monotonic: as in `put`.
-        resident_bytes.store(resident_bytes.load(.monotonic) -| released, .monotonic);
-        if (segment.dirtyBytes() > 0) continue;
-        // To the purged list (a fork meanwhile loses it to the child).
-        resident_first = segment.all.next;
-        segment.all.next = purged_first;
-        purged_first = segment;
+        const unmapped = step: {
+            lock();
+            defer unlock();
+            const segment = resident_first orelse return;
+            const released = segment.purgeDirtyAtLeast(bytes - purged);
+            purged += released;
+            // Monotonic: as in `put`.
+            resident_bytes.store(resident_bytes.load(.monotonic) -| released, .monotonic);
+            if (segment.dirtyBytes() > 0) break :step null;
+            resident_first = segment.all.next;
+            if (unmapsMoved(segment)) {
+                // Out of the pool, unmapped below (outside the lock).
+                segment.all = .{};
+                // Saturating: as in `takeAny`.
+                pooled.store(pooled.load(.monotonic) -| 1, .monotonic);
+                break :step segment;
+            }
+            // To the purged list (a fork meanwhile loses it to the child).
+            segment.all.next = purged_first;
+            purged_first = segment;
+            break :step null;
+        };
+        if (unmapped) |segment| segment.destroy();
     }
+}
+
+/// Whether an empty segment is unmapped rather than kept for reuse: it has
+/// no resident memory left, which would have been its worth, and holds
+/// moved blocks' kernel mappings (Heap.moveLarge), which only unmapping it
+/// gives back (Heap.moved_blocks).
+pub fn unmapsMoved(segment: *const Segment) bool {
+    assert(segment.isEmpty());
+    return segment.moved_in > 0 and segment.dirtyBytes() == 0;
 }
 
 /// Purges all pooled resident memory when no heap took a segment for
