@@ -1283,7 +1283,16 @@ pub const Heap = struct {
             }
         }
         var spare_it = other.spares.first;
-        while (spare_it) |spare| : (spare_it = spare.all.next) purge.shrank(heap, spare.purgeDirty());
+        // Bounded by spare_count_max.
+        while (spare_it) |spare| {
+            spare_it = spare.all.next;
+            purge.shrank(heap, spare.purgeDirty());
+            // As in keepSpare: nothing resident to keep it for.
+            if (pool.unmapsMoved(spare)) {
+                other.spares.remove(spare);
+                spare.destroy();
+            }
+        }
         other.pages_direct = @splat(&page_empty);
         other.with_free = .{};
         other.with_run = .{};
