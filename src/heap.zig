@@ -939,6 +939,16 @@ pub const Heap = struct {
         heap.giveAway(segment);
     }
 
+    /// Unmaps a spare on `spares` (this heap's, or a shell's it absorbs)
+    /// that holds nothing resident, only moved blocks' kernel mappings
+    /// (pool.unmapsMoved): what kept it was its memory, and unmapping it
+    /// gives its moves back.
+    fn unmapIfOnlyMoved(spares: *SegmentList("all"), spare: *Segment) void {
+        if (!pool.unmapsMoved(spare)) return;
+        spares.remove(spare);
+        spare.destroy();
+    }
+
     /// An empty segment the heap does not keep: into the shared pool with
     /// its resident memory (pool.zig), or unmapped when the pool is full.
     fn giveAway(heap: *Heap, segment: *Segment) void {
@@ -1057,10 +1067,7 @@ pub const Heap = struct {
             // memory for a few KiB of fresh memory was faulted in again by
             // the next pages set up there.
             heap.dirty_bytes -= spare.purgeDirtyAtLeast(heap.dirty_bytes - keep_bytes);
-            if (pool.unmapsMoved(spare)) {
-                heap.spares.remove(spare);
-                spare.destroy();
-            }
+            unmapIfOnlyMoved(&heap.spares, spare);
         }
         for (&heap.segments) |*list| {
             var steps = list.count;
@@ -1287,11 +1294,7 @@ pub const Heap = struct {
         while (spare_it) |spare| {
             spare_it = spare.all.next;
             purge.shrank(heap, spare.purgeDirty());
-            // As in keepSpare: nothing resident to keep it for.
-            if (pool.unmapsMoved(spare)) {
-                other.spares.remove(spare);
-                spare.destroy();
-            }
+            unmapIfOnlyMoved(&other.spares, spare);
         }
         other.pages_direct = @splat(&page_empty);
         other.with_free = .{};

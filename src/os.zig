@@ -20,8 +20,8 @@
 //!   mremap). Without it, a huge block that cannot grow in place is copied
 //!   by the caller, and the huge cache cannot split or join mappings.
 //!   `movePages` moves pages between places inside kennel's mappings and
-//!   leaves the source empty (Linux 5.7 and later); without it a large
-//!   block that cannot grow in place is copied.
+//!   leaves the source empty (Linux, where the backend's probe passes);
+//!   without it a large block that cannot grow in place is copied.
 //! - Growing in place may fail anywhere (the neighbouring address space is
 //!   taken); on Windows it works only inside the original reservation, on
 //!   wasm only where the following memory is free.
@@ -292,9 +292,11 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
 /// after `purge`. Both ranges lie in mappings kennel made, `len` is whole
 /// kernel pages. A large block that cannot grow in place moves this way
 /// (Heap.moveLarge): no copy, and the new block's first part faults
-/// nothing. False where the system cannot (Linux before 5.7, emulators
-/// that get it wrong: see the backend's probe) or refuses; nothing moved
-/// then, and the caller copies.
+/// nothing. The moved range stays a kernel mapping of its own, so
+/// callers bound how many they make (Heap.moved_blocks_max). False where
+/// the system cannot (Linux before 5.7, a kernel that moves only within
+/// one mapping, emulators that get it wrong: see the backend's probe) or
+/// refuses; nothing moved then, and the caller copies.
 pub fn movePages(src: [*]align(page_size_min_bytes) u8, dest: [*]align(page_size_min_bytes) u8, len: usize) bool {
     if (!@hasDecl(backend, "movePages")) return false;
     assert(len > 0 and len % pageSize() == 0);
