@@ -626,8 +626,12 @@ pub const Heap = struct {
                 it = segment.all.next;
                 // One word on 64-bit targets.
                 words: for (&segment.page_notice.words, 0..) |*word, w| {
-                    // Monotonic: a cheap look; the swap below does the ordering.
-                    if (word.load(.monotonic) == 0) continue;
+                    // SeqCst: a look that may skip the swap must still see a
+                    // notifier's bit that came before our swap of the groups
+                    // (notifyOwner found the group bit set and left it):
+                    // a weaker load may be served before that swap is
+                    // visible on weakly ordered CPUs, and miss the bit.
+                    if (word.load(.seq_cst) == 0) continue;
                     // SeqCst: see notifyOwner.
                     var pages = word.swap(0, .seq_cst);
                     while (pages != 0) : (pages &= pages - 1) {
@@ -1083,6 +1087,22 @@ pub const Heap = struct {
         }
     }
 
+    /// Retires the first page of each class that other threads' frees
+    /// emptied, as if the owner's own frees had (kept as its class's only
+    /// page, or given back). Remote frees do not announce the page the owner
+    /// allocates from (Page.is_current): a thread that handed every block
+    /// of a size to others and allocates that size no more would keep the
+    /// page, outside every rule of purge.zig, until it ended. Period end
+    /// only: one look per class.
+    pub fn retireEmptiedFirstPages(heap: *Heap) void {
+        if (builtin.single_threaded) return;
+        for (&heap.queues) |*queue| {
+            const page = queue.first orelse continue;
+            if (page.retained or page.used == 0 or !page.isEntirelyFree()) continue;
+            _ = heap.retirePage(page, .keeps_others);
+        }
+    }
+
     /// Frees the pages kept empty as their class's only page, if still
     /// empty; those in use again lose the mark.
     pub fn releaseRetained(heap: *Heap) void {
@@ -1102,7 +1122,13 @@ pub const Heap = struct {
 
     fn queuePushFront(heap: *Heap, page: *Page) void {
         const queue = &heap.queues[page.class];
-        if (queue.first) |old| old.setCurrent(false);
+        if (queue.first) |old| {
+            old.setCurrent(false);
+            // It stays in the queue, no longer current: blocks that other
+            // threads freed into it while it was, all of them, were not
+            // announced.
+            if (old.emptiedUnannounced()) heap.rearmNotice(Segment.ofPtr(old), old);
+        }
         queue.pushFront(page);
         heap.firstChanged(page.class);
     }
@@ -1968,5 +1994,36 @@ test "a page kept for its class stays counted when a full page of that class emp
     gpa.free(first);
     try std.testing.expect(kept.retained and heap.queues[class].first == kept);
     try std.testing.expect(heap.retained_classes & (@as(u128, 1) << @intCast(class)) != 0);
+    heap.checkInvariants();
+}
+
+test "a page that other threads' frees emptied while it was current retires at the period's end" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const heap = try keptPagesTestHeap(gpa);
+    // One block per page, in a class no other test uses.
+    const size = 176 * 1024;
+    const class = size_class.ofSize(size);
+    if (heap.queues[class].count != 0) return error.SkipZigTest;
+    const block = try gpa.alloc(u8, size);
+    const page = Segment.ofPtr(block.ptr).pageOf(block.ptr);
+    try std.testing.expect(heap.queues[class].first == page and page.isCurrent());
+    const Freer = struct {
+        fn run(a: std.mem.Allocator, b: []u8) void {
+            a.free(b);
+        }
+    };
+    const freer = try std.Thread.spawn(.{}, Freer.run, .{ gpa, block });
+    freer.join();
+    // Back, unannounced: the page is current.
+    try std.testing.expect(page.used == 1 and page.isEntirelyFree() and !page.retained);
+    // The period ends at the next slow path.
+    heap.decay_due_ns = 1;
+    purge.decayIfDue(heap);
+    // Kept as its class's only page (and given back at the next period's
+    // end if still empty), or given back already: in either case counted
+    // by the purge rules. Before, it stayed in use until the thread ended.
+    const first = heap.queues[class].first;
+    try std.testing.expect(first == null or (first == page and page.retained));
     heap.checkInvariants();
 }

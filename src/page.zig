@@ -352,6 +352,16 @@ pub const Page = extern struct {
         return @atomicLoad(bool, &page.is_current, .monotonic);
     }
 
+    /// After `setCurrent(false)`, on a page that stays in its queue: whether
+    /// other threads' frees emptied it while it was current, and so did not
+    /// announce it (lastBlockBack); the owner then announces it to itself.
+    /// A push still in flight, which read the page as current, is not seen:
+    /// the page then waits until it is first in its queue again (and
+    /// Heap.retireEmptiedFirstPages), or the thread ends.
+    pub fn emptiedUnannounced(page: *const Page) bool {
+        return page.used > 0 and page.isEntirelyFree();
+    }
+
     // ---- Cross-thread frees -------------------------------------------
 
     /// Called by a thread that does not own the page. When this free is the
@@ -405,8 +415,14 @@ pub const Page = extern struct {
                 // SeqCst: the read half of the handshake with parkFull.
                 announce = page.loadFlags().in_full or lastBlockBack(page, old >> count_shift);
                 if (announce) break;
-                // Release: as the release below (no announcement was made).
-                old = page.thread_free.cmpxchgWeak(old, old & ~notifying_bit, .release, .monotonic) orelse return;
+                // SeqCst: on success a release as below (no announcement
+                // was made); on failure the word it reads (a push made while
+                // we held the bit, which left announcing to us) must come
+                // before our next load of `in_full` in the order parkFull
+                // relies on: a monotonic read lets that load see a flag
+                // older than the push on weakly ordered CPUs. (A failure
+                // ordering may not be stronger than the success one.)
+                old = page.thread_free.cmpxchgWeak(old, old & ~notifying_bit, .seq_cst, .seq_cst) orelse return;
             }
         }
         if (!announce) return;

@@ -350,6 +350,7 @@ pub fn decayIfDue(heap: *Heap) void {
     // (The period still runs, so the free memory they add starts none.)
     const before = heap.dirty_bytes;
     heap.releaseRetained();
+    heap.retireEmptiedFirstPages();
     const idle = @min(heap.dirty_bytes, low + (heap.dirty_bytes -| before));
     const returned = if (idle <= decay_floor_bytes or periods >= decay_periods_max) idle else idle - (idle >> periods);
     if (returned > 0 and !heap.budget_wait_own) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);
