@@ -1515,8 +1515,9 @@ pub const Heap = struct {
     /// Not hardened (guards, canaries and zeroing look after blocks where
     /// they are), with the fill of freed blocks (it would fill the moved
     /// pages in again), or under memcheck. Copied rather than moved into a
-    /// huge mapping, or once `moved_blocks_max` moved blocks hold kernel
-    /// mappings of their own.
+    /// huge mapping, or once `moved_blocks_max` moved pieces hold kernel
+    /// mappings of their own (a block moves one kernel mapping of its
+    /// segment at a time: movePieces).
     pub fn moveLarge(ptr: [*]u8, alignment: usize, new_len: usize) ?[*]u8 {
         if (!os.can_move or config.secure or config.valgrind or config.fill_freed_available) return null;
         const segment = Segment.ofPtr(ptr);
@@ -1538,24 +1539,50 @@ pub const Heap = struct {
         // Into a large page only: a huge mapping keeps count of the kernel
         // mappings it is made of (huge.zig), which moved pages would add to.
         const dest = Segment.ofPtr(fresh);
-        if (dest.kind == .pages and @intFromPtr(fresh) % kernel_page == 0 and moved_end > kernel_page and reserveMove()) {
-            if (os.movePages(@alignCast(ptr + kernel_page), @alignCast(fresh + kernel_page), moved_end - kernel_page)) {
-                dest.moved_in += 1;
-                @memcpy(fresh[0..kernel_page], ptr[0..kernel_page]);
-                @memcpy(fresh[moved_end..old_len], ptr[moved_end..old_len]);
-                segment.forgetMoved(page, kernel_page, moved_end);
-                return fresh;
-            }
-            movedBlocksUnmapped(1);
-        }
-        @memcpy(fresh[0..old_len], ptr[0..old_len]);
+        var moved = kernel_page;
+        if (dest.kind == .pages and @intFromPtr(fresh) % kernel_page == 0 and moved_end > kernel_page)
+            moved = movePieces(segment, ptr, dest, fresh, moved_end);
+        // The first kernel page (the free list's link and the freed mark go
+        // there) and what did not move are copied.
+        @memcpy(fresh[0..kernel_page], ptr[0..kernel_page]);
+        @memcpy(fresh[moved..old_len], ptr[moved..old_len]);
+        if (moved > kernel_page) segment.forgetMoved(page, kernel_page, moved);
         return fresh;
     }
 
-    /// Blocks moved by their kernel pages (moveLarge) into segments still
-    /// mapped, process-wide, and the most there may be. A move makes its
-    /// range of the destination segment a kernel mapping (VMA) of its own,
-    /// splitting the segment's mapping in up to three: the moved pages keep
+    /// Moves the kernel pages of the block at `ptr` (in `source`) from its
+    /// second kernel page up to `moved_end` onto the block at `fresh` (in
+    /// `dest`), one kernel mapping of the source segment at a time
+    /// (Segment.nextSplit), each counted as a moved block, until the bound
+    /// on them or a refusal stops it. Returns where the moved part ends:
+    /// the rest is the caller's to copy. A block that moved in and grew
+    /// again spans its moved piece and what it grew into: two moves.
+    fn movePieces(source: *Segment, ptr: [*]u8, dest: *Segment, fresh: [*]u8, moved_end: usize) usize {
+        const kernel_page = os.pageSize();
+        const source_offset = @intFromPtr(ptr) - @intFromPtr(source);
+        const dest_offset = @intFromPtr(fresh) - @intFromPtr(dest);
+        var at = kernel_page;
+        // Bounded: each step moves at least a kernel page.
+        while (at < moved_end) {
+            const end = source.nextSplit(source_offset + at, source_offset + moved_end) - source_offset;
+            if (!reserveMove()) break;
+            if (!os.movePages(@alignCast(ptr + at), @alignCast(fresh + at), end - at)) {
+                movedBlocksUnmapped(1);
+                break;
+            }
+            dest.moved_in += 1;
+            dest.markSplit(dest_offset + at);
+            dest.markSplit(dest_offset + end);
+            at = end;
+        }
+        return at;
+    }
+
+    /// Pieces of blocks moved by their kernel pages (moveLarge: a block
+    /// moves as one piece per kernel mapping its pages lie in) into
+    /// segments still mapped, process-wide, and the most there may be. A
+    /// piece makes its range of the destination segment a kernel mapping
+    /// (VMA) of its own, splitting the segment's mapping in up to three: the moved pages keep
     /// the page offsets of where they came from, and the kernel joins
     /// anonymous mappings only where those offsets run on, so the pieces
     /// stay until the segment is unmapped (Linux 6.18, realloc_growth on two
@@ -1566,7 +1593,7 @@ pub const Heap = struct {
     var moved_blocks: std.atomic.Value(u32) = .init(0);
     pub const moved_blocks_max = 1024;
 
-    /// Counts one more moved block, unless the bound is reached.
+    /// Counts one more moved piece, unless the bound is reached.
     fn reserveMove() bool {
         // Monotonic: a count that orders nothing; the add makes two racing
         // moves take distinct places under the bound.
@@ -1575,7 +1602,7 @@ pub const Heap = struct {
         return false;
     }
 
-    /// `count` moved blocks' kernel mappings are gone (their segment was
+    /// `count` moved pieces' kernel mappings are gone (their segment was
     /// unmapped, Segment.destroy) or were never made.
     pub fn movedBlocksUnmapped(count: u32) void {
         if (count == 0) return;
@@ -1729,6 +1756,36 @@ test "past the bound on moved blocks, a large block that cannot grow in place is
     // Neither counted nor moved.
     try std.testing.expectEqual(@as(u32, Heap.moved_blocks_max), Heap.moved_blocks.load(.monotonic));
     try std.testing.expectEqual(moved_in, movedIn(thread.current()));
+}
+
+test "a large block whose pages lie in two kernel mappings moves them one mapping at a time" {
+    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const old_len = Heap.move_bytes_min;
+    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    defer gpa.free(pair[1]);
+    var block = pair[0];
+    for (block, 0..) |*byte, i| byte.* = @truncate(i *% 13 +% (i >> 12));
+    // As if a block had moved in and ended there: a kernel mapping begins
+    // inside this one's pages.
+    const segment = Segment.ofPtr(block.ptr);
+    const kernel_page = os.pageSize();
+    segment.markSplit(@intFromPtr(block.ptr) - @intFromPtr(segment) + 4 * kernel_page);
+    const moved = Heap.moved_blocks.load(.monotonic);
+    const moved_in = movedIn(thread.current());
+    const old = block.ptr;
+    block = try gpa.realloc(block, 2 * old_len);
+    defer gpa.free(block);
+    try std.testing.expect(block.ptr != old);
+    for (block[0..old_len], 0..) |byte, i| try std.testing.expectEqual(@as(u8, @truncate(i *% 13 +% (i >> 12))), byte);
+    thread.current().checkInvariants();
+    if (!os.movesPages() or moved + 2 > Heap.moved_blocks_max) return;
+    // Two pieces, each a kernel mapping where it lands, each counted.
+    try std.testing.expectEqual(moved + 2, Heap.moved_blocks.load(.monotonic));
+    try std.testing.expectEqual(moved_in + 2, movedIn(thread.current()));
+    const new_segment = Segment.ofPtr(block.ptr);
+    const offset = @intFromPtr(block.ptr) - @intFromPtr(new_segment);
+    try std.testing.expectEqual(offset + 4 * kernel_page, new_segment.nextSplit(offset + kernel_page, offset + old_len));
 }
 
 test "an empty segment holding moved blocks' mappings is unmapped once its memory is purged" {

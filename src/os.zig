@@ -293,10 +293,14 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
 /// kernel pages. A large block that cannot grow in place moves this way
 /// (Heap.moveLarge): no copy, and the new block's first part faults
 /// nothing. The moved range stays a kernel mapping of its own, so
-/// callers bound how many they make (Heap.moved_blocks_max). False where
-/// the system cannot (Linux before 5.7, a kernel that moves only within
-/// one mapping, emulators that get it wrong: see the backend's probe) or
-/// refuses; nothing moved then, and the caller copies.
+/// callers bound how many they make (Heap.moved_blocks_max). `src` must
+/// lie in one kernel mapping: the kernel moves a range of several one
+/// mapping at a time, so a refusal could come with part of it moved, and
+/// each would arrive as a mapping of its own. False where the system
+/// cannot (Linux before 5.7, a kernel that moves only within one mapping,
+/// emulators that get it wrong: see the backend's probe, or a process
+/// under an address-space limit) or refuses; nothing moved then, `dest`
+/// is mapped (empty if the refusal unmapped it), and the caller copies.
 pub fn movePages(src: [*]align(page_size_min_bytes) u8, dest: [*]align(page_size_min_bytes) u8, len: usize) bool {
     if (!@hasDecl(backend, "movePages")) return false;
     assert(len > 0 and len % pageSize() == 0);
@@ -313,8 +317,10 @@ pub fn movesPages() bool {
 
 /// Moves the pages of [ptr, ptr+old_len) onto `dest`, a mapping of new_len
 /// bytes made by `map`, without copying; `dest`'s own pages are replaced.
-/// Returns false (both mappings untouched) when the system refuses, and
-/// always where it cannot (`can_move`).
+/// `ptr`'s range must lie in one kernel mapping (see `movePages`). Returns
+/// false when the system refuses (nothing moved; `dest` is mapped, its
+/// contents lost if the refusal unmapped it), and always where it cannot
+/// (`can_move`, or a process under an address-space limit).
 pub fn moveInto(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, dest: [*]align(page_size_min_bytes) u8, new_len: usize) bool {
     if (!can_move) return false;
     const old_aligned = std.mem.alignForward(usize, old_len, pageSize());
@@ -587,6 +593,23 @@ test "remap in place and by moving keeps contents" {
         try testing.expect(remapInPlace(p, 3 * page, 2 * page));
     }
     unmap(p, 2 * page);
+    try testing.expectEqual(before, mappedBytes());
+}
+
+test "a move the kernel refused leaves its destination mapped (Linux)" {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
+    const before = mappedBytes();
+    const page = pageSize();
+    const p = map(3 * page, page, 0).?;
+    p[page] = 5;
+    // As a refused mremap may leave it: the destination's range unmapped.
+    try testing.expect(std.os.linux.errno(std.os.linux.munmap(p + page, page)) == .SUCCESS);
+    try testing.expect(!backend.refusedMove(@intFromPtr(p + page), page));
+    // Mapped again, empty, and writable.
+    try testing.expectEqual(@as(u8, 0), p[page]);
+    p[page] = 6;
+    try testing.expectEqual(@as(u8, 6), p[page]);
+    unmap(p, 3 * page);
     try testing.expectEqual(before, mappedBytes());
 }
 

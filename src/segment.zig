@@ -210,10 +210,10 @@ pub const Segment = extern struct {
     /// last came to this segment or huge mapping: purges take memory from
     /// earlier periods first (purge.zig).
     freed_period: u32,
-    /// Blocks moved into this segment by their kernel pages (Heap.moveLarge),
-    /// each a kernel mapping of its own inside the segment's, until the
-    /// segment is unmapped (`destroy` gives them back to the process's
-    /// count, Heap.moved_blocks).
+    /// Pieces of blocks moved into this segment by their kernel pages
+    /// (Heap.moveLarge), each a kernel mapping of its own inside the
+    /// segment's (`split_marks`), until the segment is unmapped (`destroy`
+    /// gives them back to the process's count, Heap.moved_blocks).
     moved_in: u32,
 
     /// One entry per slice: the page starting there, or, for the other
@@ -236,6 +236,17 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
+    /// Bit i: a kernel mapping (VMA) may begin at the segment's i-th unit of
+    /// `os.page_size_min_bytes` (a start or end of a block that moved in by
+    /// its pages, Heap.moveLarge). The segment's mapping is one until a
+    /// move splits it, and the pieces stay until it is unmapped: the moved
+    /// pages keep the page offsets of where they came from. A move out of
+    /// the segment takes its range one piece at a time (`nextSplit`): the
+    /// kernel moves a range of several mappings one by one, so a refusal
+    /// partway would leave part of it moved, and each piece arrives as a
+    /// mapping of its own, which the count of moves must cover. A set bit
+    /// may mark pieces the kernel joined after all. Owner only.
+    split_marks: [split_mark_words]u64,
     /// Huge only, with `huge_pieced`: the kernel mappings the mapping is
     /// made of (huge.zig). Past the page array: with 4 KiB kernel pages it
     /// lies on the header's second page, which a mapping of one piece
@@ -426,10 +437,39 @@ pub const Segment = extern struct {
         segment.moved_in = 0;
         segment.resident_mask = 0;
         segment.guards_closed = 0;
+        segment.split_marks = @splat(0);
         segment.slice_touched = @splat(0);
         segment.free_mask = usableSlices();
         for (&segment.pages, 0..) |*page, i| page.* = .{ .index = @intCast(i), .first_slice = @intCast(i) };
         return segment;
+    }
+
+    const split_mark_units = segment_size_bytes / os.page_size_min_bytes;
+    pub const split_mark_words = split_mark_units / 64;
+
+    /// A kernel mapping may begin at `offset` in the segment (a multiple
+    /// of the kernel page; the segment's end is no split).
+    pub fn markSplit(segment: *Segment, offset: usize) void {
+        assert(offset % os.pageSize() == 0 and offset <= segment_size_bytes);
+        if (offset == segment_size_bytes) return;
+        const unit = offset / os.page_size_min_bytes;
+        segment.split_marks[unit / 64] |= @as(u64, 1) << @intCast(unit % 64);
+    }
+
+    /// The first offset in (`from`, `to`) where a kernel mapping may begin,
+    /// else `to`: [from, result) lies in one mapping of the segment.
+    pub fn nextSplit(segment: *const Segment, from: usize, to: usize) usize {
+        assert(from < to and to <= segment_size_bytes);
+        assert(from % os.pageSize() == 0 and to % os.pageSize() == 0);
+        const end = to / os.page_size_min_bytes;
+        var unit = from / os.page_size_min_bytes + 1;
+        // Bounded: each step moves to the next word, at most split_mark_words.
+        while (unit < end) {
+            const rest = segment.split_marks[unit / 64] >> @intCast(unit % 64);
+            if (rest != 0) return @min(to, (unit + @ctz(rest)) * os.page_size_min_bytes);
+            unit = (unit / 64 + 1) * 64;
+        }
+        return to;
     }
 
     pub fn destroy(segment: *Segment) void {

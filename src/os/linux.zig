@@ -240,19 +240,57 @@ pub fn shrinkInPlace(address: usize, old_len: usize, new_len: usize) void {
 }
 
 pub fn moveInto(address: usize, old_len: usize, dest: usize, new_len: usize) bool {
+    if (addressSpaceLimited()) return false;
     const rc = linux.mremap(@ptrFromInt(address), old_len, new_len, .{ .MAYMOVE = true, .FIXED = true }, @ptrFromInt(dest));
-    if (linux.errno(rc) != .SUCCESS) return false;
+    if (linux.errno(rc) != .SUCCESS) return refusedMove(dest, new_len);
     assert(rc == dest);
     return true;
+}
+
+/// A move onto `dest` that the kernel refused. It unmaps the destination
+/// before the checks that can still refuse (the address-space and data
+/// limits, strict overcommit, its own memory for the new mapping), so the
+/// refusal may leave a hole where callers expect their mapping, into which
+/// they then copy: the range is mapped again, empty (a fresh anonymous
+/// mapping there joins its neighbours' kernel mapping). Nothing moved:
+/// callers move one source mapping at a time, which the kernel moves whole
+/// or not at all. Returns false.
+pub fn refusedMove(dest: usize, len: usize) bool {
+    var flags = mapFlags();
+    flags.FIXED = true;
+    const rc = linux.mmap(@ptrFromInt(dest), len, .{ .READ = true, .WRITE = true }, flags, -1, 0);
+    // The range was kennel's a moment ago and the limits were checked
+    // before the move (`addressSpaceLimited`): only a kernel out of memory
+    // or a limit lowered meanwhile by another thread refuses it again.
+    if (linux.errno(rc) != .SUCCESS)
+        os.fatal("the kernel refused to move pages to 0x{x} and to map that range again (out of memory)", .{dest});
+    assert(rc == dest);
+    return false;
+}
+
+/// Whether the process runs under an address-space or data limit. A move
+/// is then not tried: it asks the kernel for the moved length on top of
+/// what the process maps, and a process at its limit (one lowered below
+/// what it maps, as a test may do) would get its destination unmapped,
+/// then a refusal, then a refusal to map it again. Copying needs no new
+/// mapping. One system call (two without an address-space limit), against
+/// the several microseconds a move costs.
+fn addressSpaceLimited() bool {
+    for ([_]linux.rlimit_resource{ .AS, .DATA }) |resource| {
+        var limit: linux.rlimit = undefined;
+        if (linux.errno(linux.getrlimit(resource, &limit)) != .SUCCESS) return true;
+        if (limit.cur != linux.RLIM.INFINITY) return true;
+    }
+    return false;
 }
 
 /// mremap with MREMAP_DONTUNMAP (Linux 5.7 and later): the pages move and
 /// the source stays mapped, empty. Whether it works is found at the first
 /// move (`probeMovePages`).
 pub fn movePages(src: usize, dest: usize, len: usize) bool {
-    if (!move_pages.works()) return false;
+    if (!move_pages.works() or addressSpaceLimited()) return false;
     const rc = linux.mremap(@ptrFromInt(src), len, len, .{ .MAYMOVE = true, .FIXED = true, .DONTUNMAP = true }, @ptrFromInt(dest));
-    if (linux.errno(rc) != .SUCCESS) return false;
+    if (linux.errno(rc) != .SUCCESS) return refusedMove(dest, len);
     assert(rc == dest);
     return true;
 }

@@ -399,6 +399,89 @@ static void test_moves_bounded(void) {
     for (int i = 0; i < count; i++) free(kept[i]);
 }
 
+/* A block moved in and grown again spans the mapping its move made and
+   the memory it grew into. Moved again in one call, each would arrive as a
+   mapping of its own while the move counted once, and the kernel moves
+   them one at a time, so a refusal could leave part moved: kennel moves
+   such a block one kernel mapping at a time, each counted. Each buffer
+   here grows through eight classes, with a small block allocated after
+   each step: moved whole, 1,000 of them added 2,176 mappings where the
+   bound allows 2,112; piece by piece, 1,521. */
+static void test_moves_chained(void) {
+    enum { buffers = 1000, steps = 8, mappings_added_max = 2 * 1024 + 64 };
+    static unsigned char *kept[buffers];
+    static unsigned char *blockers[buffers * steps];
+    const int before = mapping_count();
+    if (before < 0) return;
+    int blocked = 0;
+    for (int i = 0; i < buffers; i++) {
+        size_t len = 600 << 10;
+        unsigned char *b = malloc(len);
+        CHECK(b != NULL);
+        b[0] = (unsigned char)i;
+        b[len - 1] = (unsigned char)(i + 1);
+        for (int s = 0; s < steps; s++) {
+            blockers[blocked] = malloc(64 << 10);
+            CHECK(blockers[blocked] != NULL);
+            blocked++;
+            size_t grown = len + len / 8;
+            b = realloc(b, grown);
+            CHECK(b != NULL && b[0] == (unsigned char)i && b[len - 1] == (unsigned char)(i + 1));
+            b[len - 1] = 0;
+            len = grown;
+            b[len - 1] = (unsigned char)(i + 1);
+        }
+        kept[i] = b;
+        if (i % 16 == 0) CHECK(mapping_count() - before <= mappings_added_max);
+    }
+    CHECK(mapping_count() - before <= mappings_added_max);
+    for (int i = 0; i < buffers; i++) free(kept[i]);
+    for (int i = 0; i < blocked; i++) free(blockers[i]);
+}
+
+/* A move asks the kernel for the moved length on top of what the process
+   maps, after it has unmapped the destination: a process over its
+   address-space limit (one lowered below what it maps) had the move
+   refused with a hole where the new block lay, and kennel's copy into it
+   crashed (SIGSEGV). Under such a limit kennel copies, and a refused move
+   maps its destination again. In a child: the limit is the process's. */
+static void test_move_over_limit(void) {
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        enum { len = 600 << 10, tries = 16 };
+        unsigned char *blocks[tries], *blockers[tries];
+        for (int i = 0; i < tries; i++) {
+            blocks[i] = malloc(len);
+            blockers[i] = malloc(len);
+            if (blocks[i] == NULL || blockers[i] == NULL) _exit(3);
+            memset(blocks[i], i + 1, len);
+        }
+        /* Room in the heap's segments for the grown blocks, so that they
+           need no new mapping. */
+        unsigned char *room[tries];
+        for (int i = 0; i < tries; i++) room[i] = malloc(2 * len);
+        for (int i = 0; i < tries; i++) free(room[i]);
+        size_t limit = status_bytes("VmSize:") - ((size_t)1 << 20);
+        struct rlimit rl = {limit, RLIM_INFINITY};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
+        for (int i = 0; i < tries; i++) {
+            unsigned char *grown = realloc(blocks[i], 2 * len - 4096);
+            unsigned char *b = grown != NULL ? grown : blocks[i];
+            for (size_t j = 0; j < len; j += 4096)
+                if (b[j] != (unsigned char)(i + 1)) _exit(4);
+            free(b);
+            free(blockers[i]);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fprintf(stderr, "move over the address-space limit: child status %d\n", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_alignment(void) {
     for (size_t a = 1; a <= ((size_t)1 << 20); a *= 2) {
         const size_t lens[] = {1, a, 3 * a + 1, 100000};
@@ -544,6 +627,8 @@ int main(int argc, char **argv) {
     test_malloc_trim(fast);
     test_realloc();
     test_moves_bounded();
+    test_moves_chained();
+    test_move_over_limit();
     test_alignment();
     test_sized_and_prefixed();
     test_glibc_internal_names();
