@@ -1566,13 +1566,14 @@ pub const Heap = struct {
         while (at < moved_end) {
             const end = source.nextSplit(source_offset + at, source_offset + moved_end) - source_offset;
             if (!reserveMove()) break;
-            if (!os.movePages(@alignCast(ptr + at), @alignCast(fresh + at), end - at)) {
-                movedBlocksUnmapped(1);
-                break;
-            }
+            const done = os.movePages(@alignCast(ptr + at), @alignCast(fresh + at), end - at);
+            // Counted and marked even when refused: the kernel may have
+            // unmapped the range and os.movePages mapped it again, a kernel
+            // mapping of its own where it lies inside an earlier moved piece.
             dest.moved_in += 1;
             dest.markSplit(dest_offset + at);
             dest.markSplit(dest_offset + end);
+            if (!done) break;
             at = end;
         }
         return at;

@@ -602,7 +602,10 @@ test "a move the kernel refused leaves its destination mapped (Linux)" {
     const page = pageSize();
     const p = map(3 * page, page, 0).?;
     p[page] = 5;
-    // As a refused mremap may leave it: the destination's range unmapped.
+    // A refusal before the kernel touched anything: left as it was.
+    try testing.expect(!backend.refusedMove(@intFromPtr(p + page), page));
+    try testing.expectEqual(@as(u8, 5), p[page]);
+    // As a refusal after the kernel unmapped the destination leaves it.
     try testing.expect(std.os.linux.errno(std.os.linux.munmap(p + page, page)) == .SUCCESS);
     try testing.expect(!backend.refusedMove(@intFromPtr(p + page), page));
     // Mapped again, empty, and writable.

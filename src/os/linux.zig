@@ -247,25 +247,35 @@ pub fn moveInto(address: usize, old_len: usize, dest: usize, new_len: usize) boo
     return true;
 }
 
-/// A move onto `dest` that the kernel refused. It unmaps the destination
-/// before the checks that can still refuse (the address-space and data
-/// limits, strict overcommit, its own memory for the new mapping), so the
-/// refusal may leave a hole where callers expect their mapping, into which
-/// they then copy: the range is mapped again, empty (a fresh anonymous
-/// mapping there joins its neighbours' kernel mapping). Nothing moved:
-/// callers move one source mapping at a time, which the kernel moves whole
-/// or not at all. Returns false.
+/// A move onto `dest` that the kernel refused. Some refusals come before
+/// it touches anything (at the process's limit of kernel mappings, for
+/// one); others after it unmapped the destination (the address-space and
+/// data limits, strict overcommit, its own memory for the new mapping).
+/// Nothing moved either way: callers move one source mapping at a time,
+/// which the kernel moves whole or not at all, and the destination is
+/// unmapped whole or not at all. A hole is mapped again, empty, before
+/// the caller copies into it; a destination still there is left as it is
+/// (mapping over it would split its kernel mapping, which the kernel also
+/// refuses at the limit). Returns false.
 pub fn refusedMove(dest: usize, len: usize) bool {
     var flags = mapFlags();
-    flags.FIXED = true;
+    flags.FIXED_NOREPLACE = true;
     const rc = linux.mmap(@ptrFromInt(dest), len, .{ .READ = true, .WRITE = true }, flags, -1, 0);
-    // The range was kennel's a moment ago and the limits were checked
-    // before the move (`addressSpaceLimited`): only a kernel out of memory
-    // or a limit lowered meanwhile by another thread refuses it again.
-    if (linux.errno(rc) != .SUCCESS)
-        os.fatal("the kernel refused to move pages to 0x{x} and to map that range again (out of memory)", .{dest});
-    assert(rc == dest);
-    return false;
+    switch (linux.errno(rc)) {
+        // Still mapped: intact.
+        .EXIST => return false,
+        // A hole, mapped again.
+        .SUCCESS => if (rc == dest) return false else {
+            // A kernel before 4.17 takes the flag for a hint and maps
+            // elsewhere when the range is in use: intact.
+            _ = linux.munmap(@ptrFromInt(rc), len);
+            return false;
+        },
+        // The range was kennel's a moment ago and the limits were checked
+        // before the move (`addressSpaceLimited`): only a kernel out of
+        // memory or a limit lowered meanwhile by another thread refuses it.
+        else => os.fatal("the kernel refused to move pages to 0x{x} and to map that range again (out of memory)", .{dest}),
+    }
 }
 
 /// Whether the process runs under an address-space or data limit. A move
