@@ -370,7 +370,17 @@ pub const Cache = struct {
             if (pieces.count + moved.count + 1 > piece_count_max) break;
             // Monotonic: as in setPieces (a race overshoots by a few).
             if (pieces_extra.load(.monotonic) + moved.count + 1 > pieces_extra_max) break;
-            if (!moveRange(donor, from, donor_len, @alignCast(base + at + filled), take)) break;
+            if (!moveRange(donor, from, donor_len, @alignCast(base + at + filled), take)) {
+                // Refused at the first piece. The kernel may have unmapped
+                // the range that piece was to fill, and os.moveInto mapped
+                // it again: a kernel mapping of its own inside the fresh
+                // tail (its page offsets do not run on from the tail's),
+                // which later moves and growth must know of. Recorded as a
+                // piece (the checks above left room); where the range was
+                // left intact, the extra boundary costs a system call.
+                pieces.insert(at + filled, .one(if (moved.count == 1) take else moved.ends[0]));
+                break;
+            }
             // Pages that asked for huge pages keep asking where they land;
             // a block that asked gets its new part asking too.
             if (segment.huge_advised) os.adviseHugePages(base + at + filled, take);
@@ -417,14 +427,9 @@ pub const Cache = struct {
         if (excess <= mapping / slack_divisor) return;
         if (os.can_move and excess >= split_min_bytes and cache.len < cache_count_max) split: {
             const dest = os.map(excess, segment_size_bytes, 0) orelse break :split;
-            if (!segment_mod.segment_map.add(@ptrCast(dest))) {
-                os.unmap(dest, excess);
-                break :split;
-            }
             var pieces = piecesOf(segment);
             const moved = pieces.slice(mapping, have);
             if (!moveRange(segment, mapping, have, dest, excess)) {
-                segment_mod.segment_map.remove(@ptrCast(dest));
                 os.unmap(dest, excess);
                 break :split;
             }
@@ -433,6 +438,14 @@ pub const Cache = struct {
             const tail: *Segment = @ptrCast(dest);
             writeCachedHeader(tail, moved);
             tail.freed_period = segment.freed_period;
+            // Into the segment map only with its header written: statistics
+            // walk the map from other threads and read every header, and
+            // until the moves above the tail's first page held the block's
+            // bytes.
+            if (!segment_mod.segment_map.add(tail)) {
+                unmapUnlisted(tail);
+                return;
+            }
             cache.put(tail);
             return;
         }
@@ -715,11 +728,16 @@ pub fn free(segment: *Segment) void {
 }
 
 fn unmap(segment: *Segment) void {
+    segment_mod.segment_map.remove(segment);
+    unmapUnlisted(segment);
+}
+
+/// `unmap` for a mapping not (or no longer) in the segment map.
+fn unmapUnlisted(segment: *Segment) void {
     purge.untouched(segment.huge_mapping_bytes);
     const extra = piecesOf(segment).count - 1;
     // Monotonic: as in setPieces.
     if (extra > 0) _ = pieces_extra.fetchSub(extra, .monotonic);
-    segment_mod.segment_map.remove(segment);
     os.unmap(@ptrCast(@alignCast(segment)), segment.huge_mapping_bytes);
 }
 
@@ -764,6 +782,9 @@ pub fn remap(segment: *Segment, new_len: usize) ?[*]u8 {
     if (!os.can_move) return null;
     const total = std.math.add(usize, offset, new_len) catch return null;
     const mapping = mappingBytes(total) orelse return null;
+    // A shrink that failed in place (hardened: its guard could not be
+    // placed) has nothing to move into a smaller mapping: the caller copies.
+    if (mapping <= old_mapping) return null;
     const alignment = segment.huge_alignment;
     // Reserve the destination and record it in the segment map before any
     // page moves, so that failing leaves the block where it was.
