@@ -704,7 +704,9 @@ pub const Heap = struct {
             }
         }
         const fits = heap.retained_bytes + bytes <= retain_bytes_max;
-        if (heap.queues[page.class].count == 1 and (fits or (others == .may_evict and heap.makeRoomToRetain(bytes)))) {
+        if (heap.queues[page.class].count == 1 and recordsItsBlock(page) and
+            (fits or (others == .may_evict and heap.makeRoomToRetain(bytes))))
+        {
             page.retained = true;
             heap.retained_classes |= bit;
             heap.retained_bytes += bytes;
@@ -713,6 +715,17 @@ pub const Heap = struct {
             return .nothing;
         }
         return heap.freePage(page);
+    }
+
+    /// Whether the segment's record of touched memory covers the page's
+    /// block, as a page kept for its class must: its block is handed out
+    /// again without a new record. Not after a move took the block's pages
+    /// away (moveLarge, Segment.forgetMoved).
+    fn recordsItsBlock(page: *const Page) bool {
+        if (segment_mod.Kind.ofClass(page.class) != .large) return true;
+        const segment = Segment.ofPtr(page);
+        const end = segment.touchedEnd(page.index, page.index + page.slice_count - 1);
+        return end >= @intFromPtr(page.area) + page.block_size;
     }
 
     /// Whether `bytes` more fit the retained budget, after freeing the
@@ -1546,7 +1559,17 @@ pub const Heap = struct {
         // there) and what did not move are copied.
         @memcpy(fresh[0..kernel_page], ptr[0..kernel_page]);
         @memcpy(fresh[moved..old_len], ptr[moved..old_len]);
-        if (moved > kernel_page) segment.forgetMoved(page, kernel_page, moved);
+        if (moved > kernel_page) {
+            segment.forgetMoved(page, kernel_page, moved);
+            // The page's record now leaves the moved range out, so the free
+            // that follows must give the page back to its segment: kept for
+            // its class (`retirePage`), its block would be handed out again
+            // without a new record, the program's writes to it would go
+            // unrecorded, and a page set up there later would take them for
+            // zeroes (calloc returned old bytes). Kept already, it is kept
+            // no more, as in parkFull.
+            page.retained = false;
+        }
         return fresh;
     }
 
@@ -1787,6 +1810,52 @@ test "a large block whose pages lie in two kernel mappings moves them one mappin
     const new_segment = Segment.ofPtr(block.ptr);
     const offset = @intFromPtr(block.ptr) - @intFromPtr(new_segment);
     try std.testing.expectEqual(offset + 4 * kernel_page, new_segment.nextSplit(offset + kernel_page, offset + old_len));
+}
+
+test "the page a moved block left is not kept for its class, so zeroed allocations over it are zero" {
+    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move or !Heap.knows_zeroes) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const heap = try keptPagesTestHeap(gpa);
+    // Sizes of classes no other test uses: the moved block's page is its
+    // class's only one.
+    const len = 600_000;
+    const class = size_class.ofSize(len);
+    if (heap.queues[class].count != 0) return error.SkipZigTest;
+    // A block with a block of another class right after it, so that it
+    // cannot grow in place.
+    var block: []u8 = undefined;
+    var fence: []u8 = undefined;
+    var tries: usize = 0;
+    while (true) : (tries += 1) {
+        if (tries == 8) return error.SkipZigTest;
+        block = try gpa.alloc(u8, len);
+        fence = try gpa.alloc(u8, 700_000);
+        const page = Segment.ofPtr(block.ptr).pageOf(block.ptr);
+        if (Segment.ofPtr(fence.ptr) == Segment.ofPtr(block.ptr) and page.index != 0 and
+            Segment.ofPtr(fence.ptr).pageOf(fence.ptr).index == page.index + page.slice_count) break;
+        gpa.free(fence);
+        gpa.free(block);
+    }
+    defer gpa.free(fence);
+    @memset(block, 'a');
+    const moved = Heap.moved_blocks.load(.monotonic);
+    const grown = try gpa.realloc(block, 2 * len);
+    defer gpa.free(grown);
+    if (!os.movesPages() or Heap.moved_blocks.load(.monotonic) == moved) return error.SkipZigTest;
+    // The same size again, written, freed, and again, then given back.
+    const b = try gpa.alloc(u8, len);
+    @memset(b, 'B');
+    gpa.free(b);
+    const b2 = try gpa.alloc(u8, len);
+    @memset(b2, 'C');
+    const b3 = try gpa.alloc(u8, len);
+    defer gpa.free(b3);
+    gpa.free(b2);
+    const zeroed = Heap.allocZeroed(500_000, 16) orelse return error.OutOfMemory;
+    defer gpa.free(zeroed[0..500_000]);
+    // Before, the bytes past the first kernel page were b2's ('C').
+    try std.testing.expect(std.mem.allEqual(u8, zeroed[0..500_000], 0));
+    heap.checkInvariants();
 }
 
 test "an empty segment holding moved blocks' mappings is unmapped once its memory is purged" {
