@@ -591,6 +591,7 @@ const guard_handler = struct {
         // send it again, now with the default action (SA_RESETHAND), to be
         // taken as soon as the handler returns and unblocks it.
         if (info.code <= 0) {
+            restoreDefault();
             _ = std.c.raise(.SEGV);
             return;
         }
@@ -604,7 +605,22 @@ const guard_handler = struct {
         // live one is accessible throughout.
         if (check.largeBlockHit(address)) |block|
             os.fatal("use after free: access to 0x{x} in the freed block 0x{x}", .{ address, block });
-        // SA_RESETHAND restored the default: returning re-runs the access,
-        // which now ends the process as it would have without us.
+        // Returning re-runs the access, which with the default action ends
+        // the process as it would have without us.
+        restoreDefault();
+    }
+
+    /// The default action for SIGSEGV. SA_RESETHAND restored it when the
+    /// kernel called us, but not when a handler the program installed later
+    /// chains to us for a fault it does not own: then both handlers returned
+    /// and the access faulted again, for ever.
+    fn restoreDefault() void {
+        var action: std.c.Sigaction = .{
+            .handler = .{ .handler = std.c.SIG.DFL },
+            .mask = undefined,
+            .flags = 0,
+        };
+        _ = std.c.sigemptyset(&action.mask);
+        _ = std.c.sigaction(.SEGV, &action, null);
     }
 };

@@ -249,6 +249,35 @@ static void raise_segv(void) {
     raise(SIGSEGV);
 }
 
+/* A SIGSEGV handler the program installs after the library's, and that
+   passes faults it does not own to the handler it replaced (as signal
+   chaining in language runtimes does): a fault nobody owns must still end
+   the program. The hardened library's handler relied on SA_RESETHAND,
+   which only the kernel's call applies: both handlers returned and the
+   access faulted again, for ever (cut short here with exit status 42). */
+static struct sigaction chained_previous;
+static volatile sig_atomic_t chained_hits;
+static void chaining_handler(int sig, siginfo_t *info, void *context) {
+    if (++chained_hits > 3) _exit(42);
+    if (chained_previous.sa_flags & SA_SIGINFO) {
+        chained_previous.sa_sigaction(sig, info, context);
+    } else if (chained_previous.sa_handler == SIG_DFL) {
+        sigaction(SIGSEGV, &chained_previous, NULL);
+    } else if (chained_previous.sa_handler != SIG_IGN) {
+        chained_previous.sa_handler(sig);
+    }
+}
+
+static void chained_segv(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = chaining_handler;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGSEGV, &action, &chained_previous) != 0) _exit(3);
+    *(volatile int *)16 = 1;
+}
+
 /* ---- The same after a free into the same segment ------------------------
 
    The fast library remembers the segment each thread last freed into and
@@ -665,6 +694,7 @@ static const struct fault faults[] = {
     {"double free of aligned block", double_free_aligned, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"free(just past a segment)", free_past_segment, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"SIGSEGV sent by raise()", raise_segv, SEGV, SEGV, NULL, NULL},
+    {"a foreign fault through a handler that chains to the library's", chained_segv, SEGV, SEGV, NULL, NULL},
     {"free(interior), warm", free_interior_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(misaligned), warm", free_misaligned_warm, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(never handed out), warm", free_never_handed_out_warm, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
