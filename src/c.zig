@@ -87,6 +87,10 @@ comptime {
         @export(&valloc, .{ .name = "__libc_valloc" });
         @export(&pvalloc, .{ .name = "__libc_pvalloc" });
         @export(&posix_memalign, .{ .name = "__posix_memalign" });
+        // Without these a caller got the figures of glibc's arena, which
+        // kennel leaves unused.
+        @export(&mallinfo, .{ .name = "__libc_mallinfo" });
+        @export(&mallopt, .{ .name = "__libc_mallopt" });
     }
     @export(&kn_stats, .{ .name = "kn_stats" });
     @export(&kn_stats_print, .{ .name = "kn_stats_print" });

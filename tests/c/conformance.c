@@ -614,6 +614,8 @@ void *__libc_valloc(size_t size);
 void *__libc_pvalloc(size_t size);
 int __posix_memalign(void **ptr, size_t alignment, size_t size);
 void cfree(void *ptr);
+struct mallinfo __libc_mallinfo(void);
+int __libc_mallopt(int param, int value);
 
 static void test_glibc_internal_names(void) {
     unsigned char *p = __libc_malloc(100);
@@ -640,6 +642,13 @@ static void test_glibc_internal_names(void) {
     CHECK(kn_malloc_usable_size(q) >= 100);
     free(q);
     CHECK(__posix_memalign(&q, three, 100) == EINVAL);
+    /* kennel's figures, not those of glibc's unused arena. */
+    void *live = malloc(1 << 20);
+    CHECK(live != NULL);
+    struct mallinfo info = __libc_mallinfo();
+    CHECK(info.uordblks >= 1 << 20);
+    free(live);
+    CHECK(__libc_mallopt(M_TRIM_THRESHOLD, 1 << 20) == mallopt(M_TRIM_THRESHOLD, 1 << 20));
 }
 
 static void test_served_by_kennel(void) {
