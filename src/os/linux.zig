@@ -10,6 +10,7 @@ const builtin = @import("builtin");
 const linux = std.os.linux;
 const assert = std.debug.assert;
 const os = @import("../os.zig");
+const config = @import("../config.zig");
 
 pub const can_move = true;
 pub const can_protect = true;
@@ -95,9 +96,17 @@ pub fn unmap(address: usize, len: usize) void {
 
 pub fn purge(address: usize, len: usize) void {
     // MADV_DONTNEED rather than MADV_FREE: the resident set drops at once, so
-    // RSS follows the live set in the measurements users make. A failure only
-    // means the memory stays resident, which is harmless.
-    _ = linux.madvise(@ptrFromInt(address), len, linux.MADV.DONTNEED);
+    // RSS follows the live set in the measurements users make.
+    if (linux.errno(linux.madvise(@ptrFromInt(address), len, linux.MADV.DONTNEED)) == .SUCCESS) return;
+    // Locked memory (mlock, mlockall) refuses it, and would keep its bytes,
+    // where callers count on purged memory reading back as zeroes (calloc's
+    // record of touched memory, the hardened check that freed blocks stay
+    // zero: a program under mlockall was aborted for a write after free it
+    // never made). MADV_DONTNEED_LOCKED (Linux 5.18) drops locked pages too.
+    if (linux.errno(linux.madvise(@ptrFromInt(address), len, madv_dontneed_locked)) == .SUCCESS) return;
+    // Older kernels: zeroed in place (locked memory stays resident anyway).
+    // Not in hardened builds, whose ranges may hold inaccessible guards.
+    if (!config.secure) @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
 }
 
 pub fn commit(address: usize, len: usize) bool {
@@ -145,6 +154,7 @@ pub fn protectNone(address: usize, len: usize) bool {
 const madv_guard_install = 102;
 const madv_guard_remove = 103;
 const madv_populate_read = 22;
+const madv_dontneed_locked = 24;
 
 /// The largest guard made with markers.
 pub const marker_bytes_max = 128 * 1024;
