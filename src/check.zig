@@ -329,7 +329,14 @@ fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) bool {
     const segment = Segment.ofPtr(ptr);
     if (segment.kind == .huge) return true;
     const block: [*]u8 = @ptrCast(blockOf(ptr, alignment));
-    const written = secure.reuseFreed(block, segment.pageOf(ptr).block_size, secure.link_bytes, handed_before) catch return false;
+    const block_size = segment.pageOf(ptr).block_size;
+    var written = secure.reuseFreed(block, block_size, secure.link_bytes, handed_before) catch return false;
+    // A block handed out for the first time had only its first kernel page
+    // checked. Its last bytes are where the C canary goes, about to be
+    // written: they also hold what an underflow of up to 8 bytes from the
+    // block above wrote, which the canary would hide for good.
+    if (written == null and !handed_before and c_tail_bytes != 0 and config.hardening.zero_freed)
+        written = secure.firstNonzero(block, block_size - c_tail_bytes, block_size);
     if (written) |offset|
         os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
     return true;

@@ -305,7 +305,7 @@ pub fn reuseFreed(block: [*]u8, bytes: usize, skip: usize, freed: bool) error{Ou
 
 /// The offset of the first nonzero byte in block[from..to], if any. Words
 /// OR-ed together first: the common answer, none, costs one pass.
-fn firstNonzero(block: [*]const u8, from: usize, to: usize) ?usize {
+pub fn firstNonzero(block: [*]const u8, from: usize, to: usize) ?usize {
     if (from >= to) return null;
     assert(@intFromPtr(block + from) % @sizeOf(usize) == 0 and (to - from) % @sizeOf(usize) == 0);
     const words: []const usize = @alignCast(std.mem.bytesAsSlice(usize, block[from..to]));

@@ -541,6 +541,36 @@ static void underflow_one_byte(void) {
     _exit(2);
 }
 
+/* Eight bytes before a block whose block below was never handed out and
+   spans two kernel pages: they land where that block's canary will go,
+   past the first kernel page, the only one checked when a block is handed
+   out for the first time; the canary written then hid them for good. */
+static void underflow_into_fresh_block(void) {
+    enum { count_max = 400, size = 1200 };
+    static char *blocks[count_max];
+    size_t step = 0;
+    for (int n = 0; n < count_max; n++) {
+        char *b = blocks[n] = malloc(size);
+        if (step == 0) step = malloc_usable_size(b) + (hardened ? 8 : 0);
+        char *below = b - step;
+        int handed = 0, is_block = 0;
+        for (int j = 0; j < n; j++) {
+            handed |= blocks[j] == below;
+            /* A block of the same page at or below it: it is a block too. */
+            is_block |= blocks[j] <= below && ((uintptr_t)blocks[j] >> 16) == ((uintptr_t)below >> 16);
+        }
+        /* Never handed out, and its canary's place past its first kernel page. */
+        if (handed || !is_block || ((uintptr_t)below >> 12) == ((uintptr_t)(b - 8) >> 12)) continue;
+        announce(below);
+        memset(b - 8, 0x41, 8);
+        for (int k = 0; k < 4096; k++)
+            if (malloc(size) == below) _exit(0);
+        _exit(3);
+    }
+    fprintf(stderr, "no fresh block below\n");
+    _exit(2);
+}
+
 /* A write far past a freed block's first words, then the block's size
    allocated and freed until the block comes back. */
 static void write_after_free_deep(void) {
@@ -720,6 +750,7 @@ static const struct fault faults[] = {
     {"overflow by one byte", overflow_one_byte, ABORT_NAMING, NOT_RUN, "canary", NULL},
     {"overflow, then realloc", overflow_then_realloc, ABORT_NAMING, NOT_RUN, "canary", NULL},
     {"underflow by one byte", underflow_one_byte, ABORT_NAMING, CLEAN, "canary", NULL},
+    {"underflow into a block never handed out", underflow_into_fresh_block, ABORT_NAMING, NOT_RUN, "write after free", NULL},
     {"write after free, deep", write_after_free_deep, ABORT_NAMING, CLEAN, "write after free", NULL},
     {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
