@@ -1728,11 +1728,10 @@ test "a large block grows in place into the free slices after it" {
 }
 
 test "a large block that cannot grow in place moves by its kernel pages, and leaves nothing resident" {
-    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const kib = 1024;
     const old_len = Heap.move_bytes_min;
-    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    const pair = try movableTestBlock(gpa);
     defer gpa.free(pair[1]);
     var block = pair[0];
     for (block, 0..) |*byte, i| byte.* = @truncate(i *% 7 +% (i >> 12));
@@ -1761,10 +1760,9 @@ test "a large block that cannot grow in place moves by its kernel pages, and lea
 }
 
 test "past the bound on moved blocks, a large block that cannot grow in place is copied" {
-    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const old_len = Heap.move_bytes_min;
-    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    const pair = try movableTestBlock(gpa);
     defer gpa.free(pair[1]);
     var block = pair[0];
     @memset(block, 9);
@@ -1783,10 +1781,9 @@ test "past the bound on moved blocks, a large block that cannot grow in place is
 }
 
 test "a large block whose pages lie in two kernel mappings moves them one mapping at a time" {
-    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const old_len = Heap.move_bytes_min;
-    const pair = (try blockWithNeighbour(gpa, old_len)) orelse return error.SkipZigTest;
+    const pair = try movableTestBlock(gpa);
     defer gpa.free(pair[1]);
     var block = pair[0];
     for (block, 0..) |*byte, i| byte.* = @truncate(i *% 13 +% (i >> 12));
@@ -1916,6 +1913,14 @@ fn blockWithNeighbour(gpa: std.mem.Allocator, len: usize) !?[2][]u8 {
     gpa.free(neighbour);
     gpa.free(block);
     return null;
+}
+
+/// Tests of moveLarge: a block of `move_bytes_min` with a neighbour after
+/// it (blockWithNeighbour), skipped where moves are not built in or the
+/// heap placed them otherwise.
+fn movableTestBlock(gpa: std.mem.Allocator) ![2][]u8 {
+    if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move) return error.SkipZigTest;
+    return (try blockWithNeighbour(gpa, Heap.move_bytes_min)) orelse error.SkipZigTest;
 }
 
 /// Blocks moved into `heap`'s segments (tests).
