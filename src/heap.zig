@@ -1139,7 +1139,8 @@ pub const Heap = struct {
             old.setCurrent(false);
             // It stays in the queue, no longer current: blocks that other
             // threads freed into it while it was, all of them, were not
-            // announced.
+            // announced. (A free still on its way announces it itself:
+            // Page.emptiedUnannounced.)
             if (old.emptiedUnannounced()) heap.rearmNotice(Segment.ofPtr(old), old);
         }
         queue.pushFront(page);

@@ -343,8 +343,10 @@ pub const Page = extern struct {
     }
 
     pub fn setCurrent(page: *Page, current: bool) void {
-        // Monotonic: a hint for remote frees (see is_current).
-        @atomicStore(bool, &page.is_current, current, .monotonic);
+        // Monotonic when set: a hint for remote frees (see is_current).
+        // SeqCst when cleared: the store half of the handshake with a free
+        // that brings the last block back (emptiedUnannounced).
+        if (current) @atomicStore(bool, &page.is_current, true, .monotonic) else @atomicStore(bool, &page.is_current, false, .seq_cst);
     }
 
     pub fn isCurrent(page: *const Page) bool {
@@ -354,12 +356,15 @@ pub const Page = extern struct {
 
     /// After `setCurrent(false)`, on a page that stays in its queue: whether
     /// other threads' frees emptied it while it was current, and so did not
-    /// announce it (lastBlockBack); the owner then announces it to itself.
-    /// A push still in flight, which read the page as current, is not seen:
-    /// the page then waits until it is first in its queue again (and
-    /// Heap.retireEmptiedFirstPages), or the thread ends.
+    /// announce it (pushThreadFree); the owner then announces it to itself.
+    /// A push in flight that read the page as current holds the notifying
+    /// bit and reads `is_current` again after it lands (pushThreadFree):
+    /// the clear, then this read, here, against the push, then that read,
+    /// there, all SeqCst, so one of the two sees the other and announces.
     pub fn emptiedUnannounced(page: *const Page) bool {
-        return page.used > 0 and page.isEntirelyFree();
+        if (builtin.single_threaded) return false;
+        // SeqCst: the load half of the handshake above.
+        return page.used > 0 and page.used == page.thread_free.load(.seq_cst) >> count_shift;
     }
 
     // ---- Cross-thread frees -------------------------------------------
@@ -379,6 +384,15 @@ pub const Page = extern struct {
     /// both sides, one of the two sees the other. Pushes made while the bit
     /// is held leave announcing to its holder, which looks at the word
     /// again before it lets the bit go.
+    ///
+    /// The free that brings the page's last block back does not announce
+    /// the page its owner allocates from (`is_current`): the owner takes
+    /// those blocks at its next allocation. The owner may stop allocating
+    /// from it (Heap.queuePushFront) while this free is on its way, and
+    /// look for such blocks before they land; so that free holds the bit
+    /// too, and reads `is_current` again after its push (see
+    /// emptiedUnannounced). Before 2026-11-28 it did not, and such a page
+    /// waited, empty, until it was first again or its thread ended.
     pub fn pushThreadFree(page: *Page, block: *Block, context: anytype, comptime notify: fn (@TypeOf(context), *Page) void) void {
         comptime assert(!builtin.single_threaded);
         // Monotonic: the value only seeds the CAS loop below.
@@ -393,8 +407,13 @@ pub const Page = extern struct {
             // owner re-checks a page it finds notifying, and a holder that
             // looks again sees our count).
             const idle = old & notifying_bit == 0;
-            announce = idle and ((top == null and page.loadFlags().in_full) or lastBlockBack(page, count));
-            look_again = idle and top == null and !announce;
+            // Every block in use is back: announced unless the page is its
+            // owner's current one, which the owner may stop being at any
+            // moment; then we look again after the push.
+            const last_back = allBack(page, count);
+            announce = idle and ((top == null and page.loadFlags().in_full) or (last_back and !page.isCurrent()));
+            look_again = idle and (top == null or last_back) and !announce;
+            if (builtin.is_test) if (test_before_push) |hook| hook(page);
             block.setNext(top);
             const new = (count << count_shift) | encodeTop(page, block) | (old & notifying_bit) |
                 (if (announce or look_again) notifying_bit else 0);
@@ -412,8 +431,11 @@ pub const Page = extern struct {
             // Bounded by the pushes other threads make meanwhile (each
             // failed CAS saw one, or the owner's collect).
             while (true) {
-                // SeqCst: the read half of the handshake with parkFull.
-                announce = page.loadFlags().in_full or lastBlockBack(page, old >> count_shift);
+                // SeqCst, both: the read halves of the handshakes with
+                // parkFull and with the owner's setCurrent(false) followed by
+                // emptiedUnannounced.
+                announce = page.loadFlags().in_full or
+                    (allBack(page, old >> count_shift) and !@atomicLoad(bool, &page.is_current, .seq_cst));
                 if (announce) break;
                 // SeqCst: on success a release as below (no announcement
                 // was made); on failure the word it reads (a push made while
@@ -433,13 +455,17 @@ pub const Page = extern struct {
     }
 
     /// Whether `pending` blocks waiting on the stack are all the page's
-    /// blocks in use, on a page the owner is not allocating from (its
-    /// current page needs no announcement).
-    inline fn lastBlockBack(page: *const Page, pending: usize) bool {
+    /// blocks in use.
+    inline fn allBack(page: *const Page, pending: usize) bool {
         // Monotonic: the owner's own collect or allocation may race; both
-        // only happen on a page it is using.
-        return pending == @atomicLoad(BlockCount, &page.used, .monotonic) and !page.isCurrent();
+        // only happen on a page it is using, and it looks again at its
+        // pages when it stops (emptiedUnannounced, parkFull).
+        return pending == @atomicLoad(BlockCount, &page.used, .monotonic);
     }
+
+    /// Test-only: runs in pushThreadFree between its looks at the page and
+    /// its push, where the owner may act meanwhile.
+    pub var test_before_push: if (builtin.is_test) ?*const fn (*Page) void else void = if (builtin.is_test) null else {};
 
     /// The top block's field of `thread_free` for `block`.
     inline fn encodeTop(page: *const Page, block: *Block) usize {
@@ -585,6 +611,42 @@ test "block start of interior pointers" {
     try std.testing.expectEqual(@as(*Block, @ptrCast(@alignCast(p + 48))), page.blockStart(p + 48 + 17));
     try std.testing.expect(page.isBlockStart(p + 96));
     try std.testing.expect(!page.isBlockStart(p + 97));
+}
+
+test "a free that empties the current page as its owner moves on announces it" {
+    if (builtin.single_threaded) return error.SkipZigTest;
+    secure.init();
+    var memory: [64 * 1024]u8 align(4096) = undefined;
+    var page: Page = .{};
+    page.init(size_class.ofSize(64), 1, &memory, memory.len);
+    page.extend();
+    page.setCurrent(true);
+    var blocks: [2]*Block = undefined;
+    for (&blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));
+    const Race = struct {
+        var owner_saw_it = false;
+        /// The owner's queuePushFront, between the free's look at
+        /// `is_current` and its push.
+        fn ownerMovesOn(p: *Page) void {
+            Page.test_before_push = null;
+            p.setCurrent(false);
+            owner_saw_it = p.emptiedUnannounced();
+        }
+        fn notify(count: *usize, _: *Page) void {
+            count.* += 1;
+        }
+    };
+    var announcements: usize = 0;
+    page.pushThreadFree(blocks[0], &announcements, Race.notify);
+    try std.testing.expectEqual(@as(usize, 0), announcements);
+    // The last block, onto a stack that is not empty, while the owner stops
+    // allocating from the page and looks before the push lands.
+    Page.test_before_push = &Race.ownerMovesOn;
+    defer Page.test_before_push = null;
+    page.pushThreadFree(blocks[1], &announcements, Race.notify);
+    try std.testing.expect(!Race.owner_saw_it);
+    try std.testing.expectEqual(@as(usize, 1), announcements);
+    try std.testing.expect(page.isEntirelyFree() and !page.isNotifying());
 }
 
 test "remote frees: counted, announced when the page empties, taken without a walk" {
