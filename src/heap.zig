@@ -858,8 +858,8 @@ pub const Heap = struct {
     /// where it faults least (see `bestFit`), segments in use before spares
     /// of equal fit, so that spares can go back to the OS.
     fn takeFreeSpan(heap: *Heap, slices: u8) ?*Page {
-        const in_use = if (slices == 1) heap.bestFit("with_free", slices) else heap.bestFit("with_run", slices);
-        const spare = if (in_use.choice.fit == .resident) Fitting{} else heap.bestFit("all", slices);
+        const in_use = if (slices == 1) heap.bestFit("with_free", slices, .until_found) else heap.bestFitRun(slices);
+        const spare = if (in_use.choice.fit == .resident) Fitting{} else heap.bestFit("all", slices, .until_found);
         const exchange = spare.segment != null and spare.choice.fit != .resident;
         if (in_use.choice.fit != .resident and (exchange or (spare.segment == null and heap.segment_count >= grow_from_pool_segments))) {
             // Resident memory another heap (or this one) pooled beats
@@ -896,22 +896,41 @@ pub const Heap = struct {
 
     const Fitting = struct { segment: ?*Segment = null, choice: Segment.Choice = .{ .first = 0, .fit = .none, .slack = 0 } };
 
+    /// A run of `slices` (more than one) in a segment in use, as bestFit.
+    /// The list of runs holds the segments with a run for a medium page
+    /// (8 slices); a large page of 2 to 7 slices also fits the shorter
+    /// runs that segments without one leave, and those are often the
+    /// resident ones: a program that freed its data and builds it again
+    /// (the compiler front end's second pass) set such pages up on fresh
+    /// slices beside them, and the room rule then purged as much of its
+    /// resident free memory, for the rest of the pass to fault it in
+    /// again. So the first few segments with a free slice are looked at
+    /// for a resident run first.
+    fn bestFitRun(heap: *Heap, slices: u8) Fitting {
+        assert(slices > 1);
+        if (slices >= segment_mod.medium_page_slices) return heap.bestFit("with_run", slices, .until_found);
+        const short = heap.bestFit("with_free", slices, .first_few);
+        if (short.choice.fit == .resident) return short;
+        const run = heap.bestFit("with_run", slices, .until_found);
+        return if (@backingInt(short.choice.fit) > @backingInt(run.choice.fit)) short else run;
+    }
+
     /// The segment of a list (those in use with free slices or runs, or
     /// the spares) whose free run of `slices` slices faults the least
     /// among the first `fit_scan_count`, the tightest of those resident
-    /// throughout (see Segment.choose), or else the first with a run at
-    /// all. Setting up a page is a slow path, and a fresh run costs a
-    /// fault per kernel page: first fit touched fresh runs in the first
-    /// segment with room while others held resident ones, which the purge
-    /// rules then gave back.
-    fn bestFit(heap: *Heap, comptime list: []const u8, slices: u8) Fitting {
+    /// throughout (see Segment.choose), or else (`until_found`) the first
+    /// with a run at all. Setting up a page is a slow path, and a fresh run
+    /// costs a fault per kernel page: first fit touched fresh runs in the
+    /// first segment with room while others held resident ones, which the
+    /// purge rules then gave back.
+    fn bestFit(heap: *Heap, comptime list: []const u8, slices: u8, comptime scan: enum { until_found, first_few }) Fitting {
         const spares = comptime std.mem.eql(u8, list, "all");
         const segments = if (spares) &heap.spares else &@field(heap, list);
         var best: Fitting = .{};
         var it = segments.first;
         for (0..segments.count) |scanned| {
-            // Past the first few, any run will do.
-            if (scanned >= fit_scan_count and best.segment != null) break;
+            // Past the first few, any run will do, or none.
+            if (scanned >= fit_scan_count and (scan == .first_few or best.segment != null)) break;
             const segment = it.?;
             it = @field(segment, list).next;
             // A list of runs for medium pages may hold none for a large one.
@@ -1961,6 +1980,51 @@ test "a large block shrinks in place, and its slices serve the next page" {
     try std.testing.expect(std.mem.allEqual(u8, block[0 .. 150 * kib], 5));
     @memset(block, 5);
     thread.current().checkInvariants();
+}
+
+test "a large page of a few slices is set up on a resident run too short for a medium page" {
+    if (config.secure) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const kib = 1024;
+    // 192 KiB blocks: a large page of three slices each, twenty to a
+    // segment, which then has no run of eight free slices left.
+    const len = 190 * kib;
+    assert(segment_mod.pageSlices(size_class.ofSize(len)) == 3);
+    gpa.destroy(try gpa.create(u64));
+    const heap = thread.current();
+    // No resident free memory anywhere but what this test frees.
+    _ = heap.trim(0);
+    pool.purgeResident(std.math.maxInt(usize));
+    var blocks: [24][]u8 = undefined;
+    for (&blocks) |*b| {
+        b.* = try gpa.alloc(u8, len);
+        @memset(b.*, 7);
+    }
+    defer for (blocks) |b| gpa.free(b);
+    // A block whose segment keeps no run for a medium page once it is
+    // freed: the run it leaves is resident, and three slices long.
+    const index = for (blocks, 0..) |b, i| {
+        const segment = Segment.ofPtr(b.ptr);
+        const page = segment.pageOf(b.ptr);
+        const own: u64 = ((@as(u64, 1) << @intCast(page.slice_count)) - 1) << @intCast(page.index);
+        // Slice 0 holds the header, and starts no page of several slices.
+        var run: usize = 0;
+        var longest: usize = 0;
+        for (1..segment_mod.slice_count) |slice| {
+            run = if ((segment.free_mask | own) >> @intCast(slice) & 1 != 0) run + 1 else 0;
+            longest = @max(longest, run);
+        }
+        if (page.slice_count == 3 and longest < segment_mod.medium_page_slices) break i;
+    } else return error.SkipZigTest;
+    gpa.free(blocks[index]);
+    try std.testing.expect(!Segment.ofPtr(blocks[index].ptr).hasFreeRun());
+    const footprint = purge.footprintBytes();
+    // Before, only segments with a run for a medium page were looked at,
+    // and the page was set up on fresh slices elsewhere.
+    blocks[index] = try gpa.alloc(u8, len);
+    try std.testing.expectEqual(footprint, purge.footprintBytes());
+    @memset(blocks[index], 7);
+    heap.checkInvariants();
 }
 
 test "a small or medium block shrinks in place only within its class from Zig, within half from C" {
