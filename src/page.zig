@@ -613,16 +613,28 @@ test "block start of interior pointers" {
     try std.testing.expect(!page.isBlockStart(p + 97));
 }
 
+/// For the remote-free tests: a page of 64-byte blocks over `memory`, its
+/// first `blocks.len` blocks handed out into `blocks`.
+fn initTestPage(page: *Page, memory: []align(4096) u8, blocks: []*Block) void {
+    secure.init();
+    page.* = .{};
+    page.init(size_class.ofSize(64), 1, memory.ptr, memory.len);
+    page.extend();
+    for (blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));
+}
+
+/// The `notify` of pushThreadFree in tests: counts announcements.
+fn countAnnouncement(count: *usize, _: *Page) void {
+    count.* += 1;
+}
+
 test "a free that empties the current page as its owner moves on announces it" {
     if (builtin.single_threaded) return error.SkipZigTest;
-    secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
-    var page: Page = .{};
-    page.init(size_class.ofSize(64), 1, &memory, memory.len);
-    page.extend();
-    page.setCurrent(true);
+    var page: Page = undefined;
     var blocks: [2]*Block = undefined;
-    for (&blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));
+    initTestPage(&page, &memory, &blocks);
+    page.setCurrent(true);
     const Race = struct {
         var owner_saw_it = false;
         /// The owner's queuePushFront, between the free's look at
@@ -632,18 +644,15 @@ test "a free that empties the current page as its owner moves on announces it" {
             p.setCurrent(false);
             owner_saw_it = p.emptiedUnannounced();
         }
-        fn notify(count: *usize, _: *Page) void {
-            count.* += 1;
-        }
     };
     var announcements: usize = 0;
-    page.pushThreadFree(blocks[0], &announcements, Race.notify);
+    page.pushThreadFree(blocks[0], &announcements, countAnnouncement);
     try std.testing.expectEqual(@as(usize, 0), announcements);
     // The last block, onto a stack that is not empty, while the owner stops
     // allocating from the page and looks before the push lands.
     Page.test_before_push = &Race.ownerMovesOn;
     defer Page.test_before_push = null;
-    page.pushThreadFree(blocks[1], &announcements, Race.notify);
+    page.pushThreadFree(blocks[1], &announcements, countAnnouncement);
     try std.testing.expect(!Race.owner_saw_it);
     try std.testing.expectEqual(@as(usize, 1), announcements);
     try std.testing.expect(page.isEntirelyFree() and !page.isNotifying());
@@ -651,25 +660,17 @@ test "a free that empties the current page as its owner moves on announces it" {
 
 test "remote frees: counted, announced when the page empties, taken without a walk" {
     if (builtin.single_threaded) return error.SkipZigTest;
-    secure.init();
     var memory: [64 * 1024]u8 align(4096) = undefined;
-    var page: Page = .{};
-    page.init(size_class.ofSize(64), 1, &memory, memory.len);
-    page.extend();
+    var page: Page = undefined;
     var blocks: [3]*Block = undefined;
-    for (&blocks) |*b| b.* = @ptrCast(@alignCast(page.pop()));
-    const Counter = struct {
-        fn notify(count: *usize, _: *Page) void {
-            count.* += 1;
-        }
-    };
+    initTestPage(&page, &memory, &blocks);
     var announcements: usize = 0;
-    page.pushThreadFree(blocks[0], &announcements, Counter.notify);
-    page.pushThreadFree(blocks[1], &announcements, Counter.notify);
+    page.pushThreadFree(blocks[0], &announcements, countAnnouncement);
+    page.pushThreadFree(blocks[1], &announcements, countAnnouncement);
     try std.testing.expectEqual(@as(usize, 0), announcements);
     try std.testing.expectEqual(@as(u32, 2), page.pendingCount());
     try std.testing.expect(!page.isEntirelyFree());
-    page.pushThreadFree(blocks[2], &announcements, Counter.notify);
+    page.pushThreadFree(blocks[2], &announcements, countAnnouncement);
     try std.testing.expectEqual(@as(usize, 1), announcements);
     try std.testing.expect(page.isEntirelyFree() and !page.isNotifying());
     // The owner takes the stack when its own list is empty.
