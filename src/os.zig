@@ -48,6 +48,7 @@
 //! the only calls that change it, so it is exact by construction.
 const std = @import("std");
 const builtin = @import("builtin");
+const config = @import("config.zig");
 const assert = std.debug.assert;
 
 pub const backend = switch (builtin.os.tag) {
@@ -184,6 +185,21 @@ pub fn purge(ptr: [*]u8, len: usize) void {
     backend.purge(start, end - start);
 }
 
+/// Like `purge`, and [ptr, ptr+len) then reads back as zeroes on every
+/// system: where a purge may keep the old contents (`purge_zeroes` false)
+/// or the system refuses it (locked memory on Linux before 5.18), the
+/// pages are replaced by fresh ones or zeroed in place. The range must be
+/// accessible (no guard inside). For the hardened build's freed blocks:
+/// a page set up over their memory later checks its fresh blocks for
+/// zeroes, and old contents there read as a write after free.
+pub fn discard(ptr: [*]u8, len: usize) void {
+    const page = pageSize();
+    const start = std.mem.alignForward(usize, @intFromPtr(ptr), page);
+    const end = std.mem.alignBackward(usize, @intFromPtr(ptr) + len, page);
+    if (end <= start) return;
+    backend.discard(start, end - start);
+}
+
 /// Makes purged memory in [ptr, ptr+len) usable again (Windows); false when
 /// the system refuses (out of commit charge). Elsewhere a no-op.
 pub fn commit(ptr: [*]u8, len: usize) bool {
@@ -241,17 +257,18 @@ pub fn protectReadWrite(ptr: [*]u8, len: usize) bool {
 /// a guard of up to 128 KiB in the page table (the memory is freed with it,
 /// and the mapping is not split, so a program may have any number of such
 /// guards: see os/linux.zig); elsewhere, and larger ones, the pages are
-/// purged first if `purge_first`, then protected. false if the system
-/// refuses or cannot (`can_protect`); with `purge_first` the memory is
-/// purged even then.
-pub fn guard(ptr: [*]u8, len: usize, purge_first: bool) bool {
+/// discarded first if `discard_first` (`discard`: they read back as
+/// zeroes once unguarded), then protected. false if the system refuses or
+/// cannot (`can_protect`); with `discard_first` the memory is discarded
+/// even then.
+pub fn guard(ptr: [*]u8, len: usize, discard_first: bool) bool {
     assert(@intFromPtr(ptr) % pageSize() == 0 and len % pageSize() == 0);
     if (!can_protect) {
-        if (purge_first) purge(ptr, len);
+        if (discard_first) discard(ptr, len);
         return false;
     }
-    if (@hasDecl(backend, "guard")) return backend.guard(@intFromPtr(ptr), len, purge_first);
-    if (purge_first) purge(ptr, len);
+    if (@hasDecl(backend, "guard")) return backend.guard(@intFromPtr(ptr), len, discard_first);
+    if (discard_first) discard(ptr, len);
     return backend.protectNone(@intFromPtr(ptr), len);
 }
 
@@ -519,6 +536,35 @@ test "purge keeps the mapping; reuse reads zeroes where the system promises it" 
     try testing.expectEqual(@as(u8, 0xcd), p[page]);
 }
 
+test "discard leaves zeroes on every system, also where the kernel refuses to purge" {
+    const page = pageSize();
+    const p = map(8 * page, page, 0).?;
+    defer unmap(p, 8 * page);
+    // Locked memory on a kernel before 5.18 (Linux), as a refused advice.
+    const linux = builtin.os.tag == .linux;
+    defer if (linux) {
+        backend.test_refused_advice = null;
+    };
+    for ([_]bool{ false, true }) |refused| {
+        if (refused and !linux) continue;
+        if (linux) backend.test_refused_advice = if (refused) std.math.maxInt(u32) else null;
+        @memset(p[0 .. 8 * page], 0xab);
+        // Inward to whole pages, as purge.
+        discard(p + page / 2, 7 * page);
+        try testing.expect(commit(p + page, 6 * page));
+        try testing.expectEqual(@as(u8, 0xab), p[page - 1]);
+        try testing.expectEqual(@as(u8, 0xab), p[7 * page]);
+        for (p[page .. 7 * page]) |byte| try testing.expectEqual(@as(u8, 0), byte);
+        // A purge where the kernel refuses: zeroed in place by the fast
+        // build (the hardened one may have guards in its ranges).
+        if (refused and !config.secure) {
+            @memset(p[0 .. 8 * page], 0xab);
+            purge(p + page, 6 * page);
+            for (p[page .. 7 * page]) |byte| try testing.expectEqual(@as(u8, 0), byte);
+        }
+    }
+}
+
 test "protectNone makes pages inaccessible, where the system can" {
     const page = pageSize();
     const p = map(3 * page, page, 0).?;
@@ -553,7 +599,8 @@ test "guard makes pages inaccessible until unguard, and they read back as zeroes
     try testing.expectEqual(Access.read_write, backend.access(@intFromPtr(p) + page));
     try testing.expectEqual(@as(u8, 0x5a), p[page - 1]);
     try testing.expectEqual(@as(u8, 0x5a), p[2 * page]);
-    if (purge_zeroes and !purge_needs_commit) try testing.expectEqual(@as(u8, 0), p[page]);
+    // Discarded first: zeroes on every system.
+    if (!purge_needs_commit) try testing.expectEqual(@as(u8, 0), p[page]);
     p[page] = 1;
 }
 

@@ -44,6 +44,7 @@
 //!
 //! Guard pages are set where memory is mapped (segment.zig, huge.zig).
 const std = @import("std");
+const builtin = @import("builtin");
 const assert = std.debug.assert;
 const config = @import("config.zig");
 const os = @import("os.zig");
@@ -258,10 +259,17 @@ pub fn scrubFreed(block: [*]u8, bytes: usize, keep: usize) void {
             @memset(block[end..bytes], 0);
         }
         if (span.end > span.start) {
-            // A refusal (out of memory for the split mapping) leaves the
-            // pages accessible: still purged, only not guarded.
+            // Discarded, not only purged: the inner pages must read back
+            // as zeroes wherever this memory is handed out again, also
+            // where a purge keeps old contents (MADV_FREE, wasm, locked
+            // memory on old kernels), or a page set up over them later
+            // takes those for a write after free. A refusal to guard (out
+            // of memory for the split mapping) leaves the pages
+            // accessible: still discarded, only not guarded.
             if (config.hardening.guard_freed_large and os.can_protect)
                 _ = os.guard(block + start, end - start, true)
+            else if (config.hardening.zero_freed)
+                os.discard(block + start, end - start)
             else
                 os.purge(block + start, end - start);
         }
@@ -509,5 +517,29 @@ test "shuffle is a permutation" {
     for (order) |i| {
         try std.testing.expect(!seen[i]);
         seen[i] = true;
+    }
+}
+
+test "a freed large block reads back zeroes when handed out again, also where a purge keeps its bytes" {
+    if (!config.hardening.zero_freed) return error.SkipZigTest;
+    const block_bytes = 256 * 1024;
+    comptime assert(block_bytes > zero_whole_bytes_max);
+    const page = os.pageSize();
+    const region = os.map(block_bytes + page, page, 0) orelse return error.OutOfMemory;
+    defer os.unmap(region, block_bytes + page);
+    // A kernel before 5.18 refuses to purge locked memory (Linux); wasm and
+    // MADV_FREE (macOS, the BSDs) keep the bytes anyway.
+    const linux = builtin.os.tag == .linux;
+    defer if (linux) {
+        os.backend.test_refused_advice = null;
+    };
+    for ([_]bool{ false, true }) |refused| {
+        if (refused and !linux) continue;
+        if (linux) os.backend.test_refused_advice = if (refused) std.math.maxInt(u32) else null;
+        const block = region[0..block_bytes];
+        @memset(block, 0xaa);
+        scrubFreed(block.ptr, block_bytes, link_bytes);
+        try std.testing.expectEqual(@as(?usize, null), try reuseFreed(block.ptr, block_bytes, link_bytes, true));
+        for (block[link_bytes..]) |byte| try std.testing.expectEqual(@as(u8, 0), byte);
     }
 }

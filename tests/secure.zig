@@ -585,3 +585,50 @@ test "hardened: freed blocks are filled when filling is on, zeroed when zeroing 
     gpa.free(block);
     for (ptr[16..256]) |byte| try std.testing.expectEqual(freed_byte, byte);
 }
+
+/// Small blocks, linked through their first word, until one lies in
+/// [start, end) or `count_max` were taken; returns the newest (the list's
+/// head) and whether one landed there, each checked to read zero past its
+/// link (freed memory is zeroed, and purged memory reads back zero).
+fn smallBlocksOver(start: usize, end: usize, count_max: usize) !struct { head: ?*[64]u8, landed: bool } {
+    var head: ?*[64]u8 = null;
+    for (0..count_max) |_| {
+        // rawAlloc: `create` fills a block in safe builds.
+        const block: *[64]u8 = @ptrCast(gpa.rawAlloc(64, .@"16", @returnAddress()) orelse return error.OutOfMemory);
+        for (block[8..]) |byte| try std.testing.expectEqual(@as(u8, 0), byte);
+        @as(*?*[64]u8, @ptrCast(@alignCast(block))).* = head;
+        head = block;
+        if (@intFromPtr(block) >= start and @intFromPtr(block) < end) return .{ .head = head, .landed = true };
+    }
+    return .{ .head = head, .landed = false };
+}
+
+test "hardened: a freed large block's memory reads back zero when small pages take it" {
+    if (!hardening.zero_freed) return error.SkipZigTest;
+    // Above zero_whole_bytes_max: freed by its kernel pages (purged,
+    // and guarded where the system can), not by a memset.
+    const large = try gpa.alloc(u8, 256 * 1024);
+    @memset(large, 0xaa);
+    // Its second half: past the kernel page that holds its link, which
+    // is zeroed by a memset.
+    const start = @intFromPtr(large.ptr) + large.len / 2;
+    const end = @intFromPtr(large.ptr) + large.len;
+    gpa.free(large);
+    // Out of the quarantine, its page back to the segment, the free
+    // memory given back: small pages may be set up over it now. Handing
+    // out a fresh block checks its kernel page for zeroes, which aborts
+    // where the freed block's data stayed (a purge that does not zero:
+    // MADV_FREE, wasm, locked memory on old kernels).
+    kennel.releaseThreadMemory();
+    // A segment's worth of 64-byte blocks at most.
+    const found = try smallBlocksOver(start, end, kennel.layout.segment_bytes / 64);
+    var next = found.head;
+    while (next) |block| {
+        next = @as(*?*[64]u8, @ptrCast(@alignCast(block))).*;
+        gpa.rawFree(block, .@"16", @returnAddress());
+    }
+    if (!found.landed) {
+        std.debug.print("large block reuse: no small block landed in its memory\n", .{});
+        return error.SkipZigTest;
+    }
+}

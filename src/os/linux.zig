@@ -95,19 +95,35 @@ pub fn unmap(address: usize, len: usize) void {
 }
 
 pub fn purge(address: usize, len: usize) void {
+    if (drop(address, len)) return;
+    // Older kernels: zeroed in place (locked memory stays resident anyway).
+    // Not in hardened builds, whose ranges may hold inaccessible guards;
+    // the memory free there was zeroed when it was freed (`discard`).
+    if (!config.secure) @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+}
+
+pub fn discard(address: usize, len: usize) void {
+    if (!drop(address, len)) @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+}
+
+/// Drops the pages of the range, which then read back as zeroes; false
+/// where the kernel refuses.
+fn drop(address: usize, len: usize) bool {
+    const refused: ?u32 = if (builtin.is_test) test_refused_advice else null;
     // MADV_DONTNEED rather than MADV_FREE: the resident set drops at once, so
     // RSS follows the live set in the measurements users make.
-    if (linux.errno(linux.madvise(@ptrFromInt(address), len, linux.MADV.DONTNEED)) == .SUCCESS) return;
+    if (linux.errno(linux.madvise(@ptrFromInt(address), len, refused orelse linux.MADV.DONTNEED)) == .SUCCESS) return true;
     // Locked memory (mlock, mlockall) refuses it, and would keep its bytes,
     // where callers count on purged memory reading back as zeroes (calloc's
     // record of touched memory, the hardened check that freed blocks stay
     // zero: a program under mlockall was aborted for a write after free it
     // never made). MADV_DONTNEED_LOCKED (Linux 5.18) drops locked pages too.
-    if (linux.errno(linux.madvise(@ptrFromInt(address), len, madv_dontneed_locked)) == .SUCCESS) return;
-    // Older kernels: zeroed in place (locked memory stays resident anyway).
-    // Not in hardened builds, whose ranges may hold inaccessible guards.
-    if (!config.secure) @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+    return linux.errno(linux.madvise(@ptrFromInt(address), len, refused orelse madv_dontneed_locked)) == .SUCCESS;
 }
+
+/// Test-only: an advice the kernel refuses, given in place of both of
+/// `drop`'s, as a kernel before 5.18 refuses them for locked memory.
+pub var test_refused_advice: if (builtin.is_test) ?u32 else void = if (builtin.is_test) null else {};
 
 pub fn commit(address: usize, len: usize) bool {
     _ = address;
@@ -206,14 +222,14 @@ fn probeMarkers() bool {
     return linux.errno(linux.madvise(@ptrFromInt(rc), page, madv_populate_read)) == .FAULT;
 }
 
-pub fn guard(address: usize, len: usize, purge_first: bool) bool {
+pub fn guard(address: usize, len: usize, discard_first: bool) bool {
     if (len <= marker_bytes_max and markers.works()) {
         if (linux.errno(linux.madvise(@ptrFromInt(address), len, madv_guard_install)) == .SUCCESS) return true;
         // Monotonic: the range is handed to whoever unguards it through
         // the allocator's own synchronization, which orders this store.
         protect_used.store(true, .monotonic);
     }
-    if (purge_first) purge(address, len);
+    if (discard_first) discard(address, len);
     return protectNone(address, len);
 }
 

@@ -74,6 +74,19 @@ pub fn purge(address: usize, len: usize) void {
     _ = c.madvise(@ptrFromInt(address), len, c.MADV.FREE);
 }
 
+/// MADV_FREE may leave the old contents: fresh pages mapped over the
+/// range instead (one call, and the old pages go at once).
+pub fn discard(address: usize, len: usize) void {
+    const flags: c.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true, .FIXED = true };
+    const rc = c.mmap(@ptrFromInt(address), len, .{ .READ = true, .WRITE = true }, flags, -1, 0);
+    if (rc != c.MAP_FAILED) {
+        assert(@intFromPtr(rc) == address);
+        return;
+    }
+    // Refused (out of memory for the new mapping): zeroed in place.
+    @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+}
+
 pub fn commit(address: usize, len: usize) bool {
     _ = address;
     _ = len;

@@ -161,6 +161,10 @@ pub fn purge(address: usize, len: usize) void {
     _ = len;
 }
 
+pub fn discard(address: usize, len: usize) void {
+    @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+}
+
 pub fn commit(address: usize, len: usize) bool {
     _ = .{ address, len };
     comptime unreachable; // purge_needs_commit is false

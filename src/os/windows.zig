@@ -112,6 +112,11 @@ pub fn purge(address: usize, len: usize) void {
     _ = VirtualFree(@ptrFromInt(address), len, MEM_DECOMMIT);
 }
 
+/// Decommitted pages read back as zeroes once committed again.
+pub fn discard(address: usize, len: usize) void {
+    if (VirtualFree(@ptrFromInt(address), len, MEM_DECOMMIT) == 0) @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+}
+
 pub fn commit(address: usize, len: usize) bool {
     return VirtualAlloc(@ptrFromInt(address), len, MEM_COMMIT, PAGE_READWRITE) != null;
 }
