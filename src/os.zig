@@ -178,11 +178,17 @@ pub fn unmap(ptr: [*]align(page_size_min_bytes) u8, len: usize) void {
 /// range is shrunk inward to whole kernel pages; the mapping itself stays.
 /// Where `purge_needs_commit`, the range must be `commit`ted before use.
 pub fn purge(ptr: [*]u8, len: usize) void {
+    const whole = wholePages(ptr, len) orelse return;
+    backend.purge(whole.start, whole.len);
+}
+
+/// [ptr, ptr+len) shrunk inward to whole kernel pages; null if none.
+fn wholePages(ptr: [*]u8, len: usize) ?struct { start: usize, len: usize } {
     const page = pageSize();
     const start = std.mem.alignForward(usize, @intFromPtr(ptr), page);
     const end = std.mem.alignBackward(usize, @intFromPtr(ptr) + len, page);
-    if (end <= start) return;
-    backend.purge(start, end - start);
+    if (end <= start) return null;
+    return .{ .start = start, .len = end - start };
 }
 
 /// Like `purge`, and [ptr, ptr+len) then reads back as zeroes on every
@@ -193,11 +199,8 @@ pub fn purge(ptr: [*]u8, len: usize) void {
 /// a page set up over their memory later checks its fresh blocks for
 /// zeroes, and old contents there read as a write after free.
 pub fn discard(ptr: [*]u8, len: usize) void {
-    const page = pageSize();
-    const start = std.mem.alignForward(usize, @intFromPtr(ptr), page);
-    const end = std.mem.alignBackward(usize, @intFromPtr(ptr) + len, page);
-    if (end <= start) return;
-    backend.discard(start, end - start);
+    const whole = wholePages(ptr, len) orelse return;
+    backend.discard(whole.start, whole.len);
 }
 
 /// Makes purged memory in [ptr, ptr+len) usable again (Windows); false when
