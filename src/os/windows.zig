@@ -137,6 +137,27 @@ pub fn protectReadWrite(address: usize, len: usize) bool {
     return VirtualProtect(@ptrFromInt(address), len, PAGE_READWRITE, &old) != 0;
 }
 
+/// Decommitted pages fault on any access: discarded, the range is a guard
+/// already. (VirtualProtect refuses pages that are not committed, so the
+/// discard-then-protect of other systems failed here, and so did the
+/// unguard of the hardened build's freed large blocks: until 2026-11-28
+/// a freed block above 64 KiB could not be handed out again, and its page
+/// not be released.)
+pub fn guard(address: usize, len: usize, discard_first: bool) bool {
+    if (discard_first) {
+        if (VirtualFree(@ptrFromInt(address), len, MEM_DECOMMIT) != 0) return true;
+        @memset(@as([*]u8, @ptrFromInt(address))[0..len], 0);
+    }
+    return protectNone(address, len);
+}
+
+/// Opens guards of either kind: decommitted ones are committed (zeroed),
+/// protected ones made accessible.
+pub fn unguard(address: usize, len: usize, guarded_bytes: usize) bool {
+    _ = guarded_bytes;
+    return commit(address, len) and protectReadWrite(address, len);
+}
+
 /// Recommits the rest of the original reservation, if it reaches far
 /// enough (a mapping shrunk before).
 pub fn growInPlace(address: usize, old_len: usize, new_len: usize) bool {
