@@ -305,8 +305,12 @@ fn withStatsAndFill(features: Features) Features {
 /// The configurations a target other than the host's runs (under qemu,
 /// wine or a WASI runtime) or only compiles, at the reduced size that
 /// tests/util.zig picks for emulated runs: without libc (probing thread
-/// liveness) and with it (thread exit callbacks; musl, wasi-libc, MinGW).
-const foreign_test_configs = [_][]const u8{ "debug", "release-safe-libc" };
+/// liveness) and with it (thread exit callbacks; musl, wasi-libc, MinGW),
+/// and hardened, whose guards, purges and zero checks lean on each
+/// system's memory calls (on wasm, macOS and the BSDs a purge may keep the
+/// old bytes, which the hardened build took for writes after free until
+/// 2026-11-28; its suite had run on Linux only).
+const foreign_test_configs = [_][]const u8{ "debug", "release-safe-libc", "secure-debug" };
 
 fn addTests(b: *std.Build, target: std.Build.ResolvedTarget, libs: CLibraries, example: *std.Build.Step) void {
     const only = b.option([]const u8, "test-config", "Run the tests of one configuration only (e.g. debug, release-fast; c for the C library)");

@@ -338,6 +338,8 @@ test "hardened: guard pages do not split mappings where the kernel marks guards"
 /// of a read-write mapping cannot be populated (EFAULT). An emulator may
 /// accept the advice and do nothing (qemu-user), which this finds too.
 fn kernelMarksGuards() bool {
+    // Comptime: std.os.linux does not compile for every target.
+    if (builtin.os.tag != .linux) return false;
     const linux = std.os.linux;
     const page = std.heap.pageSize();
     const rc = linux.mmap(null, page, .{ .READ = true, .WRITE = true }, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
@@ -351,6 +353,7 @@ fn kernelMarksGuards() bool {
 
 /// Lines of /proc/self/maps: the process's mappings.
 fn mappingCount() !usize {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
     const linux = std.os.linux;
     const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/maps", .{}, 0);
     if (linux.errno(fd_rc) != .SUCCESS) return error.TestCannotReadMaps;
@@ -372,6 +375,7 @@ fn mappingCount() !usize {
 /// inaccessible (Linux 6.13 and later, os/linux.zig): populating the page
 /// then fails with EFAULT.
 fn permissionsAt(address: usize) ![]const u8 {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
     const linux = std.os.linux;
     const permissions = try mappingPermissionsAt(address);
     if (!std.mem.eql(u8, permissions, "rw-p")) return permissions;
@@ -385,6 +389,7 @@ fn permissionsAt(address: usize) ![]const u8 {
 /// /proc/self/maps. Read a piece at a time: after the thread tests the
 /// file holds tens of thousands of mappings.
 fn mappingPermissionsAt(address: usize) ![]const u8 {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
     const linux = std.os.linux;
     const fd_rc = linux.openat(linux.AT.FDCWD, "/proc/self/maps", .{}, 0);
     if (linux.errno(fd_rc) != .SUCCESS) return error.TestCannotReadMaps;
