@@ -74,8 +74,10 @@ for target in aarch64-linux-musl riscv64-linux-musl x86-linux-musl arm-linux-mus
     if [ "$arch" = aarch64 ]; then
         # Kernels with 16 KiB (Apple silicon) and 64 KiB pages: qemu-user
         # shows the program that page size.
+        # Hardened too: its guards are laid out by the kernel's page size.
         for pagesize in 16384 65536; do
             QEMU_PAGESIZE=$pagesize build_test "$target" "$target (qemu, $pagesize-byte pages)" -fqemu -Dtest-config=debug
+            QEMU_PAGESIZE=$pagesize build_test "$target" "$target (qemu, $pagesize-byte pages, hardened)" -fqemu -Dtest-config=secure-debug
         done
     fi
 done
