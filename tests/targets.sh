@@ -1,11 +1,12 @@
 #!/bin/sh
 # The test suite on targets other than the host's (make test runs it after
 # the native suite; README "Targets"): Linux on aarch64, riscv64, x86 and
-# arm under qemu-user (aarch64 also with 16 KiB and 64 KiB pages; riscv64
-# and arm without libc only), Windows under wine, wasm32-wasi under
-# wasmtime (its Python package), each at the reduced size tests/util.zig
-# picks for emulated runs; macOS, FreeBSD and wasm32-freestanding
-# cross-compiled only (test binaries, the example and the C library).
+# arm under qemu-user (aarch64 also with 16 KiB and 64 KiB pages, fast and
+# hardened; riscv64 and arm without libc only), Windows under wine,
+# wasm32-wasi under wasmtime (its Python package), each at the reduced size
+# tests/util.zig picks for emulated runs; macOS, FreeBSD and
+# wasm32-freestanding cross-compiled only (test binaries, the example and
+# the C library).
 #
 # A runner that is missing skips its target with a note; with
 # KENNEL_TARGETS_REQUIRE=1 (CI) a missing runner is a failure.
