@@ -588,6 +588,32 @@ noinline fn scoreTouch(segment: *Segment) void {
     touch_score.store(if (dense) @min(touch_score_max, score + 1) else @max(-touch_score_max, score - 2), .monotonic);
 }
 
+/// Bytes of old pages that a zeroed block built from a cached mapping
+/// clears by writing them; past these it discards them (one system call,
+/// after which they read as zeroes). A cached mapping is old pages whether
+/// or not they were ever touched: a block allocated and freed unwritten
+/// leaves a cached mapping of untouched pages, and writing zeroes over
+/// them all faulted them in (calloc of 4 GiB after a free of 4 GiB: 450
+/// MiB resident, 0.5 s; of 1 TiB: the OOM killer), where the program may
+/// touch only a little of its block. Discarded pages cost a fault again
+/// where the program does write them, as a fresh mapping's would.
+const clear_write_bytes_max = 2 * 1024 * 1024;
+
+/// Clears the first `len` bytes of a block built from a cached mapping
+/// (calloc): writes the first `clear_write_bytes_max`, discards the whole
+/// kernel pages past them, writes the rest of the last page.
+fn clearReused(block: [*]u8, len: usize) void {
+    const page = os.pageSize();
+    const start = std.mem.alignForward(usize, @intFromPtr(block) + clear_write_bytes_max, page) - @intFromPtr(block);
+    const end = std.mem.alignBackward(usize, @intFromPtr(block) + len, page) -| @intFromPtr(block);
+    // Windows: a discarded page must be committed again before use, which
+    // may fail; there every byte is written.
+    if (os.purge_needs_commit or end <= start) return @memset(block[0..len], 0);
+    @memset(block[0..start], 0);
+    os.discard(block + start, end - start);
+    @memset(block[end..len], 0);
+}
+
 fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: bool) ?[*]u8 {
     assert(len > 0);
     heap.huge_color = (heap.huge_color + 1) % color_count;
@@ -609,7 +635,7 @@ fn allocMaybeZeroed(heap: *Heap, len: usize, alignment: usize, comptime zeroed: 
             }
             const block = setHeader(a.segment, a.segment.huge_mapping_bytes, offset, alignment);
             // Only the part made of old pages needs clearing.
-            if (zeroed) @memset(block[0..@min(len, a.reused -| offset)], 0);
+            if (zeroed) clearReused(block, @min(len, a.reused -| offset));
             return block;
         }
     }
@@ -982,4 +1008,28 @@ test "a huge block larger than every cached mapping is built from the pages of s
     try std.testing.expectEqual(0, std.mem.readInt(u64, moved[40 * mib - 8 ..][0..8], .little));
     unmap(segment);
     try std.testing.expectEqual(extra, pieces_extra.load(.monotonic));
+}
+
+test "a zeroed block over a cached mapping is zero, and its untouched old pages stay untouched" {
+    const mib = 1024 * 1024;
+    const len = 8 * mib;
+    const page = os.pageSize();
+    const base = os.map(len, page, 0) orelse return error.OutOfMemory;
+    defer os.unmap(base, len);
+    // Old pages: the first 3 MiB written, the rest never touched. The
+    // block starts off a page boundary, as a colored block does.
+    const dirty = 3 * mib;
+    @memset(base[0..dirty], 0xa5);
+    const offset = 64;
+    clearReused(base + offset, len - offset);
+    try std.testing.expect(std.mem.allEqual(u8, base[offset..dirty], 0));
+    // Linux tells what is resident: nothing past what was written.
+    if (os.residentPages(@alignCast(base + 4 * mib), 4 * mib)) |seen| try std.testing.expectEqual(0, seen.resident);
+    try std.testing.expect(std.mem.allEqual(u8, base[dirty..len], 0));
+    // Written whole, then cleared again, with a partial last page.
+    @memset(base[0..len], 0x5a);
+    clearReused(base + offset, len - offset - 100);
+    try std.testing.expect(std.mem.allEqual(u8, base[offset .. len - 100], 0));
+    try std.testing.expect(std.mem.allEqual(u8, base[len - 100 .. len], 0x5a));
+    try std.testing.expectEqual(0x5a, base[offset - 1]);
 }
