@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -308,6 +309,30 @@ static void test_calloc_over_freed_huge(void) {
     for (size_t j = 0; j < size; j++) CHECK(c[j] == 0);
     free(c);
     kn_release_thread_memory();
+}
+
+/* Under the kernel's default overcommit heuristic, a block larger than
+   memory and swap together is refused, as glibc's malloc refuses it: the
+   program is told (NULL, ENOMEM), not killed when it writes the block. It
+   had succeeded (MAP_NORESERVE skips the heuristic). */
+static void test_larger_than_memory(void) {
+    if (sizeof(size_t) < 8) return;
+    FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+    if (f == NULL) return;
+    int mode = -1;
+    CHECK(fscanf(f, "%d", &mode) == 1);
+    fclose(f);
+    if (mode != 0) return;
+    struct sysinfo info;
+    CHECK(sysinfo(&info) == 0);
+    size_t memory = ((size_t)info.totalram + (size_t)info.totalswap) * info.mem_unit;
+    size_t size = 2 * memory + ((size_t)1 << 30);
+    errno = 0;
+    CHECK(FAILS_WITH(malloc(size), ENOMEM));
+    errno = 0;
+    CHECK(FAILS_WITH(calloc(1, size), ENOMEM));
+    void *q = NULL;
+    CHECK(posix_memalign(&q, (size_t)1 << 21, size) == ENOMEM && q == NULL);
 }
 
 /* malloc_trim gives the calling thread's free memory back: blocks written
@@ -758,6 +783,7 @@ int main(int argc, char **argv) {
     int fast = strcmp(argv[1], "fast") == 0;
     if (fast) test_calloc_sparse();
     if (fast) test_calloc_over_freed_huge();
+    test_larger_than_memory();
     test_malloc_trim(fast);
     test_realloc();
     test_moves_bounded();
