@@ -113,17 +113,29 @@ pub fn mappedBytesPeak() usize {
     return mapped_bytes_peak.load(.monotonic);
 }
 
-fn accountMapped(delta: isize) void {
+/// Counts `bytes` newly mapped. (Sizes stay unsigned: on a 32-bit
+/// system one mapping may be 2 GiB or more, which an isize does not hold;
+/// a delta as isize made such a map panic in safe builds.)
+fn accountMapped(bytes: usize) void {
     if (builtin.single_threaded) {
-        mapped_bytes.raw +%= @bitCast(delta);
+        mapped_bytes.raw +%= bytes;
         mapped_bytes_peak.raw = @max(mapped_bytes_peak.raw, mapped_bytes.raw);
         return;
     }
     // Monotonic: counters order nothing; they only need to be exact in sum.
-    const before = mapped_bytes.fetchAdd(@bitCast(delta), .monotonic);
-    const after = before +% @as(usize, @bitCast(delta));
+    const after = mapped_bytes.fetchAdd(bytes, .monotonic) +% bytes;
     // Monotonic: a high-water mark, as above.
-    if (delta > 0) _ = mapped_bytes_peak.fetchMax(after, .monotonic);
+    _ = mapped_bytes_peak.fetchMax(after, .monotonic);
+}
+
+/// Counts `bytes` unmapped.
+fn accountUnmapped(bytes: usize) void {
+    if (builtin.single_threaded) {
+        mapped_bytes.raw -%= bytes;
+        return;
+    }
+    // Monotonic: as in accountMapped.
+    _ = mapped_bytes.fetchSub(bytes, .monotonic);
 }
 
 /// The kernel's page size, queried once.
@@ -159,7 +171,7 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?[*]align(page_size_min_
         warn("a mapping came back above 2^{d}; refused", .{address_bits});
         return null;
     }
-    accountMapped(@intCast(len_aligned));
+    accountMapped(len_aligned);
     return @ptrFromInt(address);
 }
 
@@ -170,7 +182,7 @@ const address_limit: u128 = 1 << address_bits;
 pub fn unmap(ptr: [*]align(page_size_min_bytes) u8, len: usize) void {
     const len_aligned = std.mem.alignForward(usize, len, pageSize());
     backend.unmap(@intFromPtr(ptr), len_aligned);
-    accountMapped(-@as(isize, @intCast(len_aligned)));
+    accountUnmapped(len_aligned);
 }
 
 /// Tells the system that the contents of [ptr, ptr+len) are no longer
@@ -303,7 +315,7 @@ pub fn remapInPlace(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, new_l
         if (@as(u128, @intFromPtr(ptr)) + new_aligned > address_limit) return false;
         if (!backend.growInPlace(@intFromPtr(ptr), old_aligned, new_aligned)) return false;
     }
-    accountMapped(@as(isize, @intCast(new_aligned)) - @as(isize, @intCast(old_aligned)));
+    if (new_aligned > old_aligned) accountMapped(new_aligned - old_aligned) else accountUnmapped(old_aligned - new_aligned);
     return true;
 }
 
@@ -347,7 +359,7 @@ pub fn moveInto(ptr: [*]align(page_size_min_bytes) u8, old_len: usize, dest: [*]
     const new_aligned = std.mem.alignForward(usize, new_len, pageSize());
     if (!backend.moveInto(@intFromPtr(ptr), old_aligned, @intFromPtr(dest), new_aligned)) return false;
     // `dest` was counted by `map`; the old range no longer exists.
-    accountMapped(-@as(isize, @intCast(old_aligned)));
+    accountUnmapped(old_aligned);
     return true;
 }
 
