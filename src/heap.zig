@@ -1833,6 +1833,7 @@ test "the page a moved block left is not kept for its class, so zeroed allocatio
     if (config.secure or config.valgrind or config.fill_freed_available or !os.can_move or !Heap.knows_zeroes) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const heap = try keptPagesTestHeap(gpa);
+    defer heap.decay_due_ns = 0;
     // Sizes of classes no other test uses: the moved block's page is its
     // class's only one.
     const len = 600_000;
@@ -2131,15 +2132,23 @@ test "a free page weighs what its blocks touched, not its whole slice" {
 
 /// The testing thread's heap, which its first allocation sets up, for
 /// the tests of kept pages (the hardened build keeps none).
+/// The calling thread's heap, for the tests of pages kept for their class,
+/// with its decay period held open until the test ends it (`defer
+/// heap.decay_due_ns = 0`): a period's end gives kept pages back, and
+/// under qemu on a loaded machine one ended between two frees of a test
+/// (aarch64, 16 KiB pages), which then found its kept page gone.
 fn keptPagesTestHeap(gpa: std.mem.Allocator) !*Heap {
     if (config.secure) return error.SkipZigTest;
     gpa.destroy(try gpa.create(u64));
-    return thread.current();
+    const heap = thread.current();
+    heap.decay_due_ns = std.math.maxInt(u64);
+    return heap;
 }
 
 test "a program stepping through sizes keeps each size's page while it allocates that size" {
     const gpa = @import("root.zig").allocator;
     const heap = try keptPagesTestHeap(gpa);
+    defer heap.decay_due_ns = 0;
     // Their touched pages add up to several times the retained budget.
     const sizes = [_]usize{ 24 << 10, 40 << 10, 56 << 10, 96 << 10, 160 << 10, 224 << 10, 320 << 10, 448 << 10, 640 << 10 };
     var checked: usize = 0;
@@ -2177,6 +2186,7 @@ test "a program stepping through sizes keeps each size's page while it allocates
 test "a page kept for its class stays counted when a full page of that class empties" {
     const gpa = @import("root.zig").allocator;
     const heap = try keptPagesTestHeap(gpa);
+    defer heap.decay_due_ns = 0;
     // One block per page, in a class no other test uses.
     const size = 200 * 1024;
     const class = size_class.ofSize(size);
@@ -2198,6 +2208,7 @@ test "a page that other threads' frees emptied while it was current retires at t
     if (builtin.single_threaded) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const heap = try keptPagesTestHeap(gpa);
+    defer heap.decay_due_ns = 0;
     // One block per page, in a class no other test uses.
     const size = 176 * 1024;
     const class = size_class.ofSize(size);
