@@ -589,26 +589,32 @@ noinline fn scoreTouch(segment: *Segment) void {
 }
 
 /// Bytes of old pages that a zeroed block built from a cached mapping
-/// clears by writing them; past these it discards them (one system call,
-/// after which they read as zeroes). A cached mapping is old pages whether
-/// or not they were ever touched: a block allocated and freed unwritten
-/// leaves a cached mapping of untouched pages, and writing zeroes over
-/// them all faulted them in (calloc of 4 GiB after a free of 4 GiB: 450
-/// MiB resident, 0.5 s; of 1 TiB: the OOM killer), where the program may
-/// touch only a little of its block. Discarded pages cost a fault again
-/// where the program does write them, as a fresh mapping's would.
+/// clears by writing them whatever the program does with its blocks.
 const clear_write_bytes_max = 2 * 1024 * 1024;
 
+/// Up to this many, they are written too while the program writes its
+/// huge blocks whole (`writesWhole`): it is about to write them anyway,
+/// and resident pages written cost no fault (large_buffers callocs 5 to
+/// 25 MiB buffers and touches every page). glibc's calloc writes what it
+/// reuses up to its mmap threshold, 32 MiB at most, as well.
+const clear_write_dense_bytes_max = 32 * 1024 * 1024;
+
 /// Clears the first `len` bytes of a block built from a cached mapping
-/// (calloc): writes the first `clear_write_bytes_max`, discards the whole
-/// kernel pages past them, writes the rest of the last page.
+/// (calloc). Past what `clear_write_bytes_max` and
+/// `clear_write_dense_bytes_max` allow, the whole kernel pages are
+/// discarded (one system call; they read as zeroes and fault in only where
+/// the program writes): a cached mapping is old pages whether or not they
+/// were ever touched, and writing them all faulted in what the program may
+/// never touch (calloc of 4 GiB after a free of an unwritten 4 GiB block:
+/// 450 MiB resident, 0.5 s; after 1 TiB, the OOM killer).
 fn clearReused(block: [*]u8, len: usize) void {
+    const write_max: usize = if (writesWhole()) clear_write_dense_bytes_max else clear_write_bytes_max;
     const page = os.pageSize();
-    const start = std.mem.alignForward(usize, @intFromPtr(block) + clear_write_bytes_max, page) - @intFromPtr(block);
+    const start = std.mem.alignForward(usize, @intFromPtr(block), page) - @intFromPtr(block);
     const end = std.mem.alignBackward(usize, @intFromPtr(block) + len, page) -| @intFromPtr(block);
     // Windows: a discarded page must be committed again before use, which
     // may fail; there every byte is written.
-    if (os.purge_needs_commit or end <= start) return @memset(block[0..len], 0);
+    if (len <= write_max or os.purge_needs_commit or end <= start) return @memset(block[0..len], 0);
     @memset(block[0..start], 0);
     os.discard(block + start, end - start);
     @memset(block[end..len], 0);
@@ -1021,15 +1027,23 @@ test "a zeroed block over a cached mapping is zero, and its untouched old pages 
     const dirty = 3 * mib;
     @memset(base[0..dirty], 0xa5);
     const offset = 64;
+    // A program that does not write its huge blocks whole.
+    const score = touch_score.load(.monotonic);
+    defer touch_score.store(score, .monotonic);
+    touch_score.store(0, .monotonic);
     clearReused(base + offset, len - offset);
     try std.testing.expect(std.mem.allEqual(u8, base[offset..dirty], 0));
     // Linux tells what is resident: nothing past what was written.
     if (os.residentPages(@alignCast(base + 4 * mib), 4 * mib)) |seen| try std.testing.expectEqual(0, seen.resident);
     try std.testing.expect(std.mem.allEqual(u8, base[dirty..len], 0));
-    // Written whole, then cleared again, with a partial last page.
-    @memset(base[0..len], 0x5a);
-    clearReused(base + offset, len - offset - 100);
-    try std.testing.expect(std.mem.allEqual(u8, base[offset .. len - 100], 0));
-    try std.testing.expect(std.mem.allEqual(u8, base[len - 100 .. len], 0x5a));
-    try std.testing.expectEqual(0x5a, base[offset - 1]);
+    // Written whole, then cleared again, with a partial last page: by
+    // discarding, and by writing (a program that writes its blocks whole).
+    for ([_]i8{ 0, touch_score_max }) |whole| {
+        touch_score.store(whole, .monotonic);
+        @memset(base[0..len], 0x5a);
+        clearReused(base + offset, len - offset - 100);
+        try std.testing.expect(std.mem.allEqual(u8, base[offset .. len - 100], 0));
+        try std.testing.expect(std.mem.allEqual(u8, base[len - 100 .. len], 0x5a));
+        try std.testing.expectEqual(0x5a, base[offset - 1]);
+    }
 }
