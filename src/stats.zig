@@ -142,11 +142,17 @@ pub fn collect() Stats {
     segment_mod.segment_map.endRead();
     if (config.hardening.quarantine) {
         for (&walk.stats.classes, walk.quarantined) |*c, waiting| {
-            c.blocks_live -|= waiting;
-            walk.stats.block_bytes -|= waiting * c.block_size;
+            // No more than the walk found in use: while the program runs,
+            // blocks leave the rings between their count and the walk
+            // (and a ring read mid-change may list one twice). Taking off
+            // the same number everywhere keeps the totals equal to the
+            // sums of the classes' figures.
+            const moved = @min(waiting, c.blocks_live);
+            c.blocks_live -= moved;
+            walk.stats.block_bytes -|= moved * c.block_size;
             // Freed, though their pages count them in use.
-            walk.stats.free_blocks += waiting;
-            c.blocks_free += waiting;
+            walk.stats.free_blocks += moved;
+            c.blocks_free += moved;
         }
     }
     return walk.stats;
