@@ -190,4 +190,5 @@ test {
     _ = heap;
     _ = thread;
     _ = @import("huge.zig");
+    _ = @import("stats.zig");
 }
