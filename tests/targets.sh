@@ -11,11 +11,6 @@
 # A runner that is missing skips its target with a note; with
 # KENNEL_TARGETS_REQUIRE=1 (CI) a missing runner is a failure.
 #
-# With two cores or more the targets run in two lanes side by side (each a
-# zig build that compiles on one core most of the time, then runs under
-# its emulator); each lane's output is printed when both are done.
-# KENNEL_TARGETS_LANES=1 runs them one after the other, output as it comes.
-#
 # Usage: tests/targets.sh [zig] [target...]   (default: every target)
 ZIG=${1:-zig}
 [ $# -gt 0 ] && shift
@@ -62,14 +57,13 @@ build_test() {
 }
 
 # Linux, with musl where libc is linked: static binaries need no sysroot.
-linux_target() {
-    target=$1
+for target in aarch64-linux-musl riscv64-linux-musl x86-linux-musl arm-linux-musleabihf; do
     arch=${target%%-*}
     case $arch in x86) qemu=qemu-i386 ;; *) qemu=qemu-$arch ;; esac
-    wanted "$target" || return 0
+    wanted "$target" || continue
     if ! command -v "$qemu" >/dev/null 2>&1; then
         skip "$target" "$qemu is missing (apt-get install qemu-user)"
-        return 0
+        continue
     fi
     # Both configurations (without libc, and ReleaseSafe with musl and the
     # pthread exit path) on one 64-bit and one 32-bit CPU; without libc on
@@ -87,30 +81,28 @@ linux_target() {
             QEMU_PAGESIZE=$pagesize build_test "$target" "$target (qemu, $pagesize-byte pages, hardened)" -fqemu -Dtest-config=secure-debug
         done
     fi
-}
+done
 
-windows_target() {
-    wanted x86_64-windows || return 0
-    if ! command -v wine >/dev/null 2>&1; then
+if wanted x86_64-windows; then
+    if command -v wine >/dev/null 2>&1; then
+        # One wineserver for all the test binaries: each binary started its
+        # own, and one starting while the last was shutting down lost its
+        # connection ("wine client error: recvmsg: Connection reset by
+        # peer") and failed the run.
+        # (The prefix must exist for the server to start: on a fresh
+        # machine wine fills it at the first test binary.)
+        if command -v wineserver >/dev/null 2>&1; then
+            mkdir -p "${WINEPREFIX:-$HOME/.wine}"
+            WINEDEBUG=-all wineserver -p || true
+        fi
+        WINEDEBUG=-all build_test x86_64-windows "x86_64-windows (wine)" -fwine
+        if command -v wineserver >/dev/null 2>&1; then wineserver -k || true; fi
+    else
         skip x86_64-windows "wine is missing (apt-get install wine wine64)"
-        return 0
     fi
-    # One wineserver for all the test binaries: each binary started its
-    # own, and one starting while the last was shutting down lost its
-    # connection ("wine client error: recvmsg: Connection reset by
-    # peer") and failed the run.
-    # (The prefix must exist for the server to start: on a fresh
-    # machine wine fills it at the first test binary.)
-    if command -v wineserver >/dev/null 2>&1; then
-        mkdir -p "${WINEPREFIX:-$HOME/.wine}"
-        WINEDEBUG=-all wineserver -p || true
-    fi
-    WINEDEBUG=-all build_test x86_64-windows "x86_64-windows (wine)" -fwine
-    if command -v wineserver >/dev/null 2>&1; then wineserver -k || true; fi
-}
+fi
 
-wasi_target() {
-    wanted wasm32-wasi || return 0
+if wanted wasm32-wasi; then
     python=""
     for candidate in "${KENNEL_WASI_PYTHON:-}" .venv/bin/python python3; do
         [ -n "$candidate" ] || continue
@@ -124,11 +116,10 @@ wasi_target() {
     else
         skip wasm32-wasi "no Python with the wasmtime package (.venv/bin/pip install wasmtime)"
     fi
-}
+fi
 
-build_only() {
-    target=$1
-    wanted "$target" || return 0
+for target in aarch64-macos x86_64-macos x86_64-freebsd wasm32-freestanding; do
+    wanted "$target" || continue
     echo "targets: === $target (build only)"
     if "$ZIG" build test-build -Dtarget="$target" --prefix "$(prefix "$target")" --summary line; then
         echo "targets: ok $target (built)"
@@ -136,49 +127,7 @@ build_only() {
         echo "targets: FAIL $target"
         status=1
     fi
-}
-
-# Two lanes of about equal time on this project's 2-core machines
-# (aarch64 alone, with its page sizes, takes about as long as the rest).
-lane_one() {
-    status=0
-    linux_target aarch64-linux-musl
-    linux_target riscv64-linux-musl
-    linux_target arm-linux-musleabihf
-    return $status
-}
-
-lane_two() {
-    status=0
-    linux_target x86-linux-musl
-    windows_target
-    wasi_target
-    for target in aarch64-macos x86_64-macos x86_64-freebsd wasm32-freestanding; do
-        build_only "$target"
-    done
-    return $status
-}
-
-cores=$(nproc 2>/dev/null || echo 1)
-if [ "${KENNEL_TARGETS_LANES:-2}" -ge 2 ] && [ "$cores" -ge 2 ]; then
-    logs=$(mktemp -d)
-    echo "targets: two lanes side by side; their output follows when both are done"
-    (lane_one >"$logs/one" 2>&1; echo $? >"$logs/one.rc") &
-    (lane_two >"$logs/two" 2>&1; echo $? >"$logs/two.rc") &
-    wait
-    for lane in one two; do
-        cat "$logs/$lane"
-        [ "$(cat "$logs/$lane.rc" 2>/dev/null)" = 0 ] || status=1
-    done
-    skipped=$(sed -n 's/^targets: skip \([^:]*\):.*/ \1/p' "$logs/one" "$logs/two" | tr -d '\n')
-    rm -rf "$logs"
-else
-    # Each lane starts its own count: keep a failure of the first.
-    failed=0
-    lane_one || failed=1
-    lane_two || failed=1
-    status=$failed
-fi
+done
 
 [ -n "$skipped" ] && echo "targets: skipped (runner missing):$skipped"
 exit $status
