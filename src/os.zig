@@ -524,6 +524,51 @@ test "map honours alignment and offset, and counts bytes" {
     try testing.expectEqual(before, mappedBytes());
 }
 
+/// Threads that each map aligned ranges at the same moment: on Windows
+/// they all see the same free range first, and all but one lose it before
+/// they can reserve it. There, one try each: the race is lost often, and
+/// what follows must still map.
+const ConcurrentMaps = struct {
+    /// Enough for Windows to lose the race often; elsewhere a smoke test.
+    const thread_count = if (builtin.os.tag == .windows) 128 else 32;
+    const maps_per_thread = 16;
+    const len_bytes = 4 << 20;
+    const alignment_bytes = 4 << 20;
+
+    ready: std.atomic.Value(u32) = .init(0),
+    failures: std.atomic.Value(u32) = .init(0),
+
+    fn run(c: *ConcurrentMaps) void {
+        // Monotonic: a start signal; no data is passed.
+        _ = c.ready.fetchAdd(1, .monotonic);
+        while (c.ready.load(.monotonic) < thread_count) std.atomic.spinLoopHint();
+        var got: [maps_per_thread]?usize = undefined;
+        for (&got) |*address| {
+            address.* = if (builtin.os.tag == .windows)
+                backend.mapTrying(len_bytes, alignment_bytes, 0, 1)
+            else
+                backend.map(len_bytes, alignment_bytes, 0);
+            if (address.*) |a| {
+                assert(a % alignment_bytes == 0);
+                @as(*volatile u8, @ptrFromInt(a + len_bytes - 1)).* = 1;
+            } else {
+                // Monotonic: read after join.
+                _ = c.failures.fetchAdd(1, .monotonic);
+            }
+        }
+        for (got) |address| if (address) |a| backend.unmap(a, len_bytes);
+    }
+};
+
+test "aligned maps from many threads at once all succeed" {
+    if (builtin.single_threaded or @bitSizeOf(usize) < 64) return error.SkipZigTest;
+    var c: ConcurrentMaps = .{};
+    var threads: [ConcurrentMaps.thread_count]std.Thread = undefined;
+    for (&threads) |*t| t.* = try std.Thread.spawn(.{}, ConcurrentMaps.run, .{&c});
+    for (threads) |t| t.join();
+    try testing.expectEqual(@as(u32, 0), c.failures.load(.monotonic));
+}
+
 test "unmap gives the range back" {
     const p = map(4 * pageSize(), 1 << 22, 0).?;
     p[0] = 1;

@@ -534,9 +534,16 @@ test "crowd: 20,000 threads alive at once each get memory, and the next 20,000 r
         const result = crowd.run(threads);
         // A kennel failure is a failure, however many threads the OS gave.
         if (crowd.failures.load(.monotonic) > 0 or crowd.corrupted.load(.monotonic) > 0) {
-            std.debug.print("crowd: wave {d}: {d} of {d} allocations failed, {d} blocks corrupted\n", .{
-                wave, crowd.failures.load(.monotonic), result.count, crowd.corrupted.load(.monotonic),
+            const s = kennel.stats();
+            std.debug.print("crowd: wave {d}: {d} of {d} allocations failed, {d} blocks corrupted; {d} heaps, {d} MiB mapped\n", .{
+                wave, crowd.failures.load(.monotonic), result.count, crowd.corrupted.load(.monotonic), s.heap_count, s.mapped_bytes >> 20,
             });
+            // Whether the system still gives a segment's worth of memory:
+            // tells a refusal by the system (or its emulator) from kennel's.
+            if (std.heap.page_allocator.alloc(u8, 4 << 20)) |probe| {
+                std.heap.page_allocator.free(probe);
+                std.debug.print("crowd: the system still maps 4 MiB\n", .{});
+            } else |_| std.debug.print("crowd: the system refuses to map 4 MiB\n", .{});
             return error.TestAllocationFailed;
         }
         if (result.refusal) |err| {

@@ -66,12 +66,17 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?usize {
     const page = std.heap.pageSize();
     if (alignment > page) {
         // Monotonic, load and store: a hint; any value will do.
-        const address = mmap(hintBelow(aligned_below.load(.monotonic), len, alignment, offset), len) orelse return null;
-        if ((address + offset) % alignment == 0) {
-            aligned_below.store(address, .monotonic);
-            return address;
+        // A refused hinted call falls through to the plain one below: a
+        // kernel refuses both alike, but an emulator (qemu-user) searches
+        // from the hint and may refuse it alone; returning here would keep
+        // the hint, and each later aligned mapping would try it first.
+        if (mmap(hintBelow(aligned_below.load(.monotonic), len, alignment, offset), len)) |address| {
+            if ((address + offset) % alignment == 0) {
+                aligned_below.store(address, .monotonic);
+                return address;
+            }
+            unmap(address, len);
         }
-        unmap(address, len);
     }
     // Over-map by the alignment so that an aligned start exists inside, then
     // trim both ends. Alignments up to the page size need no trimming.

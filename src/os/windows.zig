@@ -6,7 +6,8 @@
 //! - Address space is reserved in units of 64 KiB, and a reservation can
 //!   only be released whole. An aligned mapping is found by reserving more
 //!   than needed, releasing it and reserving the aligned part inside
-//!   (another thread may take it meanwhile: a few tries). Shrinking a
+//!   (another thread may take it meanwhile: a few tries, then the larger
+//!   reservation is kept and only its aligned part committed). Shrinking a
 //!   mapping decommits its tail, which stays reserved until the whole
 //!   mapping is released; growing in place recommits inside the original
 //!   reservation only.
@@ -76,17 +77,22 @@ fn reserveAndCommit(address: usize, len: usize) ?usize {
 }
 
 /// Times an aligned range found free may be taken by another thread before
-/// we reserve it, before `map` gives up.
+/// we reserve it, before `map` keeps a larger reservation instead.
 const map_tries_max = 8;
 
 pub fn map(len: usize, alignment: usize, offset: usize) ?usize {
+    return mapTrying(len, alignment, offset, map_tries_max);
+}
+
+/// `map`, with `tries` attempts at an exact reservation (tests take fewer).
+pub fn mapTrying(len: usize, alignment: usize, offset: usize, tries: usize) ?usize {
     // Reservations are 64 KiB aligned, and consecutive ones tend to be
     // adjacent: often aligned enough already.
     const address = reserveAndCommit(0, len) orelse return null;
     if ((address + offset) % alignment == 0) return address;
     unmap(address, len);
     const request = std.math.add(usize, len, alignment) catch return null;
-    for (0..map_tries_max) |_| {
+    for (0..tries) |_| {
         const raw = VirtualAlloc(null, request, MEM_RESERVE, PAGE_NOACCESS) orelse return null;
         const start = std.mem.alignForward(usize, @intFromPtr(raw) + offset, alignment) - offset;
         unmap(@intFromPtr(raw), request);
@@ -95,16 +101,39 @@ pub fn map(len: usize, alignment: usize, offset: usize) ?usize {
             return got;
         }
     }
-    return null;
+    // Threads that map at the same moment all see the same free range
+    // first, and all but one lose it: with a few hundred at once (a wave
+    // of new threads taking their first segments) some lost every try.
+    // Keep the larger reservation whole and commit its aligned part: it
+    // costs `alignment` bytes of address space, no memory. `unmap`
+    // releases it from its base.
+    const raw = VirtualAlloc(null, request, MEM_RESERVE, PAGE_NOACCESS) orelse return null;
+    const start = std.mem.alignForward(usize, @intFromPtr(raw) + offset, alignment) - offset;
+    if (!commit(start, len)) {
+        releaseReservation(@intFromPtr(raw));
+        return null;
+    }
+    return start;
 }
 
-/// Releases the whole reservation that starts at `address`: Windows cannot
-/// release a part (kennel unmaps whole mappings only; see shrinkInPlace).
-pub fn unmap(address: usize, len: usize) void {
-    _ = len;
-    const ok = VirtualFree(@ptrFromInt(address), 0, MEM_RELEASE) != 0;
+fn releaseReservation(base: usize) void {
+    const ok = VirtualFree(@ptrFromInt(base), 0, MEM_RELEASE) != 0;
     // Fails only for an address that starts no reservation: a kennel bug.
     assert(ok);
+}
+
+/// Releases the whole reservation that holds the mapping at `address`:
+/// Windows cannot release a part (kennel unmaps whole mappings only; see
+/// shrinkInPlace). The mapping starts its reservation, except where `map`
+/// kept a larger one.
+pub fn unmap(address: usize, len: usize) void {
+    _ = len;
+    if (VirtualFree(@ptrFromInt(address), 0, MEM_RELEASE) != 0) return;
+    var info: MemoryBasicInformation = undefined;
+    const found = VirtualQuery(@ptrFromInt(address), &info, @sizeOf(MemoryBasicInformation)) != 0;
+    // A mapping kennel made lies in a reservation: else a kennel bug.
+    assert(found and info.State != MEM_FREE);
+    releaseReservation(@intFromPtr(info.AllocationBase));
 }
 
 pub fn purge(address: usize, len: usize) void {
