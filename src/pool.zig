@@ -88,7 +88,7 @@ fn countMax() usize {
 /// memory that holds moved blocks' kernel mappings (`unmapsMoved`): the
 /// caller unmaps it.
 pub fn put(segment: *Segment) bool {
-    assert(segment.isEmpty());
+    assert(segment.isEmpty() and segment.tails_waiting == 0);
     assert(segment.all.next == null and segment.all.prev == null);
     const resident = segment.dirtyBytes();
     if (unmapsMoved(segment)) return false;

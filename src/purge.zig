@@ -102,8 +102,10 @@
 //! `pool.resident_keep_ns`. (Spares that decay, room or pressure return are
 //! purged in place: that memory was idle, or is owed to other heaps.)
 //! Outside these rules, memory inside a page that no block can use goes
-//! back when the page is set up or shrunk: the rest of a large page's last
-//! slice past its block (Segment.purgePageTail).
+//! back when the page is shrunk, or at the end of the decay period after
+//! the one it was set up in if it still lives then: the rest of a large
+//! page's last slice past its block (Segment.purgePageTail,
+//! Heap.waitTail).
 //! Everything
 //! here runs on slow paths (a page taken or emptied, a segment or huge
 //! mapping freed), never on the alloc and free fast paths; the clock is
@@ -332,7 +334,7 @@ pub fn changed(heap: *Heap) void {
 pub fn schedule(heap: *Heap) void {
     if (heap.decay_due_ns != 0) return;
     // Pooled resident memory decays at the end of any heap's period.
-    if (heap.dirty_bytes == 0 and heap.retained_classes == 0 and pool.residentBytes() == 0) return;
+    if (heap.dirty_bytes == 0 and heap.retained_classes == 0 and heap.tail_count == 0 and pool.residentBytes() == 0) return;
     // Never 0, which means "no period running".
     heap.decay_due_ns = os.nowNanoseconds() +| decay_period_ns;
     heap.dirty_low_bytes = heap.dirty_bytes;
@@ -355,6 +357,7 @@ pub fn decayIfDue(heap: *Heap) void {
     const before = heap.dirty_bytes;
     heap.releaseRetained();
     heap.retireEmptiedFirstPages();
+    heap.purgeWaitingTails(.aged);
     const idle = @min(heap.dirty_bytes, low + (heap.dirty_bytes -| before));
     const returned = if (idle <= decay_floor_bytes or periods >= decay_periods_max) idle else idle - (idle >> periods);
     if (returned > 0 and !heap.budget_wait_own) heap.purgeTo(heap.dirty_bytes - returned, .cold_first, .purge);

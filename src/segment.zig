@@ -236,6 +236,13 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
+    /// Bit i: the large page starting at slice i has a dead tail that
+    /// waits for the owner's decay period to end (Heap.waitTail); cleared
+    /// when the page is released or its tail purged. Owner only.
+    tails_waiting: u64,
+    /// Those of them that were waiting at the owner's last period end
+    /// already: they go back at the next.
+    tails_old: u64,
     /// Bit i: a kernel mapping (VMA) may begin at the segment's i-th unit of
     /// `os.page_size_min_bytes` (a start or end of a block that moved in by
     /// its pages, Heap.moveLarge). The segment's mapping is one until a
@@ -444,6 +451,8 @@ pub const Segment = extern struct {
         segment.moved_in = 0;
         segment.resident_mask = 0;
         segment.guards_closed = 0;
+        segment.tails_waiting = 0;
+        segment.tails_old = 0;
         segment.split_marks = @splat(0);
         segment.slice_touched = @splat(0);
         segment.free_mask = usableSlices();
@@ -481,7 +490,7 @@ pub const Segment = extern struct {
 
     pub fn destroy(segment: *Segment) void {
         assert(segment.kind == .pages);
-        assert(segment.isEmpty());
+        assert(segment.isEmpty() and segment.tails_waiting == 0);
         purge.untouched(segment.touchedBytes());
         Heap.movedBlocksUnmapped(segment.moved_in);
         segment_map.remove(segment);
@@ -873,24 +882,38 @@ pub const Segment = extern struct {
     /// only. Not where purged memory must be committed again (Windows):
     /// there a slice's record is all or nothing (see claimRun).
     pub fn purgePageTail(segment: *Segment, page: *const Page) void {
-        if (os.purge_needs_commit) return;
+        const tail = segment.deadTail(page) orelse return;
+        const last = @as(usize, page.index) + page.slice_count - 1;
+        const slice_start = last << slice_shift;
+        const purge_end = @min(slice_bytes, std.mem.alignForward(usize, @as(usize, tail.units) * touch_unit_bytes, os.pageSize()));
+        const base: [*]u8 = @ptrCast(segment);
+        os.purge(base + slice_start + tail.kept * touch_unit_bytes, purge_end - tail.kept * touch_unit_bytes);
+        purge.untouched(touchedSliceBytes(last, tail.units) - touchedSliceBytes(last, tail.kept));
+        segment.slice_touched[last] = @intCast(tail.kept);
+        if (tail.kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(last));
+    }
+
+    /// Whether `purgePageTail` would give anything back now.
+    pub fn hasDeadTail(segment: *const Segment, page: *const Page) bool {
+        return segment.deadTail(page) != null;
+    }
+
+    /// The touch units of a large page's last slice that its block reaches
+    /// (`kept`) and that are recorded touched (`units`), when the second
+    /// is more.
+    fn deadTail(segment: *const Segment, page: *const Page) ?struct { kept: usize, units: usize } {
+        if (os.purge_needs_commit) return null;
         assert(Kind.ofClass(page.class) == .large and page.slice_count >= 2);
         // Never slice 0 (edgeSlices), whose record leaves out the header.
         assert(page.index != 0);
         const last = @as(usize, page.index) + page.slice_count - 1;
         const slice_start = last << slice_shift;
         // Whole kernel pages, which may be larger than the record's unit.
-        const page_bytes = os.pageSize();
-        const block_end = std.mem.alignForward(usize, @intFromPtr(page.area) - @intFromPtr(segment) + page.block_size, page_bytes);
+        const block_end = std.mem.alignForward(usize, @intFromPtr(page.area) - @intFromPtr(segment) + page.block_size, os.pageSize());
         const kept: usize = @min(touch_units_per_slice, (block_end -| slice_start) / touch_unit_bytes);
         const units = segment.slice_touched[last];
-        if (units <= kept) return;
-        const purge_end = @min(slice_bytes, std.mem.alignForward(usize, @as(usize, units) * touch_unit_bytes, page_bytes));
-        const base: [*]u8 = @ptrCast(segment);
-        os.purge(base + slice_start + kept * touch_unit_bytes, purge_end - kept * touch_unit_bytes);
-        purge.untouched(touchedSliceBytes(last, units) - touchedSliceBytes(last, kept));
-        segment.slice_touched[last] = @intCast(kept);
-        if (kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(last));
+        if (units <= kept) return null;
+        return .{ .kept = kept, .units = units };
     }
 
     /// The bytes from `kept` to `moved_end` of a large page's block (offsets
