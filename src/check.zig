@@ -215,6 +215,10 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
         .huge = null,
         .live = if (config.hardening.check_frees) liveBit(segment, page, block) else {},
     };
+    // A page that never held an over-aligned block handed out block starts
+    // only: an interior pointer there is one, whether or not its block is
+    // free (it was named a double free when the block was).
+    if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
     if (config.hardening.check_frees) {
         // Monotonic: a racing free is caught by the RMW in markFreed.
         if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(function, ptr);
@@ -229,7 +233,6 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     // over-aligned block, whose tag its first free overwrote, is named as
     // one. The tag is read only in a page that hands out such blocks.
     if (start != offset) {
-        if (!page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
         memcheck.wordAccess(&block[0]);
         const tagged = block[0] == alignedTag(ptr);
         memcheck.wordDone(&block[0]);

@@ -145,6 +145,17 @@ static void free_interior(void) {
     free(p + 16);
 }
 
+/* An interior pointer into a block already freed: the pointer is no
+   block's, whatever the block's state (it was named a double free). */
+static void free_interior_of_freed(void) {
+    char *p = malloc(100);
+    char *keep = malloc(100);
+    free(p);
+    announce(p + 16);
+    free(p + 16);
+    free(keep);
+}
+
 static void free_interior_huge(void) {
     char *p = malloc(3 << 20);
     announce(p + 4096);
@@ -702,6 +713,7 @@ static const struct fault faults[] = {
     {"free(stack)", free_stack, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"free(static)", free_static, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"free(interior)", free_interior, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
+    {"free(interior of a freed block)", free_interior_of_freed, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(interior huge)", free_interior_huge, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"realloc(invalid)", realloc_invalid, ABORT_NAMING, ABORT_NAMING, "realloc(): invalid pointer", NULL},
     {"realloc(freed)", realloc_freed, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
