@@ -2273,7 +2273,9 @@ test "a page kept for its class stays counted when a full page of that class emp
 }
 
 test "a large page's dead tail goes back at the period's end, and stays if the page goes first" {
-    if (os.purge_needs_commit) return error.SkipZigTest;
+    // Purged tails are whole kernel pages: with 64 KiB ones (some aarch64
+    // kernels, wasm) a slice has none past a block that ends inside it.
+    if (os.purge_needs_commit or 2 * os.pageSize() > segment_mod.slice_bytes) return error.SkipZigTest;
     const gpa = @import("root.zig").allocator;
     const heap = try keptPagesTestHeap(gpa);
     defer heap.decay_due_ns = 0;
