@@ -170,7 +170,7 @@ pub const Heap = struct {
     /// so they read as zeroes and `allocZeroed` clears only up to it.
     fresh_page: if (knows_zeroes) ?*Page else void,
     fresh_dirty_end: if (knows_zeroes) usize else void,
-    /// Large pages of this heap's segments whose dead tails wait for the
+    /// Pages of this heap's segments whose dead tails wait for the
     /// decay period's end (`waitTail`, Segment.tails_waiting).
     tail_count: u32,
     /// Generator state for random block order and the quarantine
@@ -543,17 +543,19 @@ pub const Heap = struct {
             heap.fresh_dirty_end = segment.touchedEnd(page.index, page.index + slices - 1);
         }
         heap.extendPage(page);
-        if (segment_mod.Kind.ofClass(class) == .large) heap.waitTail(segment, page);
+        heap.waitTail(segment, page);
         heap.queuePushFront(page);
         return page;
     }
 
-    /// The dead tail of a large page just set up (Segment.purgePageTail)
+    /// The dead tail of a page just set up (Segment.purgePageTail: what its
+    /// slices hold past its block, or past the blocks it has linked so far)
     /// goes back at the end of the decay period after the one it was set
-    /// up in, if the page still lives then; a page freed before that leaves
-    /// it to the next page set up over those slices. Purged at set-up, it
-    /// was faulted in again by the next page there, moments later where
-    /// large blocks live for milliseconds. slot_swap (2 threads, blocks up
+    /// up in, as far as the page still does not use it then; a page freed
+    /// before that leaves it to the next page set up over those slices.
+    /// Purged at set-up, a large page's tail was faulted in again by the
+    /// next page there, moments later where large blocks live for
+    /// milliseconds. slot_swap (2 threads, blocks up
     /// to 200 KB, ~300 large ones live, each for ~3 ms; 5 interleaved
     /// runs): purged at set-up, 239k faults, 1.12 s system time, 0.99 s
     /// wall; at the end of their own period (young pages purged every
@@ -585,7 +587,7 @@ pub const Heap = struct {
                 while (bits != 0) : (bits &= bits - 1) {
                     const page = &segment.pages[@ctz(bits)];
                     // releasePage clears the bit: the page is in use.
-                    assert(page.slice_count >= 2 and page.index == @ctz(bits));
+                    assert(page.index == @ctz(bits));
                     segment.purgePageTail(page);
                     heap.tail_count -= 1;
                 }
@@ -1742,9 +1744,9 @@ pub const Heap = struct {
             while (it) |segment| : (it = segment.all.next) {
                 tails += @popCount(segment.tails_waiting);
                 assert(segment.tails_old & ~segment.tails_waiting == 0);
-                // Only large pages in use wait (releasePage clears the bit).
+                // Only pages in use wait (releasePage clears the bit).
                 var bits = segment.tails_waiting;
-                while (bits != 0) : (bits &= bits - 1) assert(segment_mod.Kind.ofClass(segment.pages[@ctz(bits)].class) == .large and segment.free_mask & (@as(u64, 1) << @intCast(@ctz(bits))) == 0);
+                while (bits != 0) : (bits &= bits - 1) assert(segment.pages[@ctz(bits)].isFirstSlice() and segment.free_mask & (@as(u64, 1) << @intCast(@ctz(bits))) == 0);
                 segments += 1;
                 assert(segments <= heap.segment_count);
                 assert(segmentGroup(segment) == group);
@@ -2330,6 +2332,70 @@ test "a large page's dead tail goes back at the period's end, and stays if the p
     try std.testing.expect(segment.tails_waiting & bit == 0);
     try std.testing.expect(!segment.hasDeadTail(page));
     try std.testing.expect(segment.slice_touched[last] < touched);
+    heap.checkInvariants();
+}
+
+test "a medium page set up over touched slices gives back what it has not linked by the period's end" {
+    // As above: purged tails are whole kernel pages.
+    if (os.purge_needs_commit or 2 * os.pageSize() > segment_mod.slice_bytes) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const heap = try keptPagesTestHeap(gpa);
+    defer heap.decay_due_ns = 0;
+    const kib = 1024;
+    // A class no other test leaves pages in.
+    const block_len = 40 * kib;
+    const class = size_class.ofSize(block_len);
+    if (segment_mod.Kind.ofClass(class) != .medium or heap.queues[class].count != 0) return error.SkipZigTest;
+    // A large block as long as a medium page, written whole and freed:
+    // the medium page set up next over its slices finds them resident.
+    const whole_len = segment_mod.medium_page_bytes - 32 * kib;
+    var held: [16][]u8 = undefined;
+    var held_count: usize = 0;
+    defer for (held[0..held_count]) |b| gpa.free(b);
+    const first, const segment, const page = while (held_count < held.len) {
+        const whole = try gpa.alloc(u8, whole_len);
+        @memset(whole, 1);
+        const at = Segment.ofPtr(whole.ptr).pageOf(whole.ptr);
+        gpa.free(whole);
+        heap.collectFreePages();
+        const block = try gpa.alloc(u8, block_len);
+        const segment = Segment.ofPtr(block.ptr);
+        const page = segment.pageOf(block.ptr);
+        if (page == at) break .{ block, segment, page };
+        held[held_count] = block;
+        held_count += 1;
+    } else return error.SkipZigTest;
+    defer gpa.free(first);
+    try std.testing.expectEqual(segment_mod.medium_page_slices, page.slice_count);
+    const bit = @as(u64, 1) << @intCast(page.index);
+    try std.testing.expect(segment.hasDeadTail(page) and segment.tails_waiting & bit != 0);
+    const last = page.index + page.slice_count - 1;
+    // The large block reached into the last slice.
+    try std.testing.expect(segment.slice_touched[last] > 0);
+    const footprint = purge.footprintBytes();
+    // Young at the first period's end; at the second, what the page has
+    // not linked goes: all of its slices past its first blocks.
+    heap.decay_due_ns = 1;
+    purge.decayIfDue(heap);
+    try std.testing.expect(segment.tails_old & bit != 0);
+    heap.decay_due_ns = 1;
+    purge.decayIfDue(heap);
+    try std.testing.expect(segment.tails_waiting & bit == 0 and !segment.hasDeadTail(page));
+    try std.testing.expectEqual(@as(u8, 0), segment.slice_touched[last]);
+    const linked_end = std.mem.alignForward(usize, @intFromPtr(page.area) + page.touchedBytes(), os.pageSize());
+    try std.testing.expectEqual(linked_end, segment.touchedEnd(page.index, last));
+    try std.testing.expect(purge.footprintBytes() < footprint);
+    // The page goes on linking blocks into the memory it gave back, which
+    // the record counts again as it is touched.
+    var more: [8][]u8 = undefined;
+    for (&more, 0..) |*b, i| {
+        b.* = try gpa.alloc(u8, block_len);
+        @memset(b.*, @truncate(i));
+    }
+    for (more, 0..) |b, i| {
+        try std.testing.expect(std.mem.allEqual(u8, b, @truncate(i)));
+        gpa.free(b);
+    }
     heap.checkInvariants();
 }
 

@@ -101,11 +101,12 @@
 //! it, `touched`) and purges it when no heap took a segment for
 //! `pool.resident_keep_ns`. (Spares that decay, room or pressure return are
 //! purged in place: that memory was idle, or is owed to other heaps.)
-//! Outside these rules, memory inside a page that no block can use goes
-//! back when the page is shrunk, or at the end of the decay period after
-//! the one it was set up in if it still lives then: the rest of a large
-//! page's last slice past its block (Segment.purgePageTail,
-//! Heap.waitTail).
+//! Outside these rules, resident memory inside a page that no block uses
+//! goes back when the page is shrunk, or at the end of the decay period
+//! after the one it was set up in if the page still lives then: the rest
+//! of a large page's last slice past its block, and what a small or medium
+//! page set up over touched slices has not linked blocks into by then
+//! (Segment.purgePageTail, Heap.waitTail).
 //! Everything
 //! here runs on slow paths (a page taken or emptied, a segment or huge
 //! mapping freed), never on the alloc and free fast paths; the clock is

@@ -236,7 +236,7 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
-    /// Bit i: the large page starting at slice i has a dead tail that
+    /// Bit i: the page starting at slice i has a dead tail that
     /// waits for the owner's decay period to end (Heap.waitTail); cleared
     /// when the page is released or its tail purged. Owner only.
     tails_waiting: u64,
@@ -872,48 +872,78 @@ pub const Segment = extern struct {
         return fresh;
     }
 
-    /// Gives back the resident memory of a large page's last slice past
-    /// the end of its block. A large page is whole slices and its one
-    /// block seldom ends on a slice boundary, so the rest of the last slice
-    /// (up to 60 KiB) holds nothing while the page lives; set up over
-    /// slices that earlier pages touched, it stayed resident anyway (the
-    /// compiler front end: 6 MiB of its peak, once its second pass reused
-    /// the first one's memory). The record stays a touched prefix. Owner
+    /// Gives back the resident memory of a page's slices past what the
+    /// page uses: past its block for a large page (a large page is whole
+    /// slices and its one block seldom ends on a slice boundary, so up to
+    /// 60 KiB of its last slice hold nothing while it lives), past the
+    /// blocks it has linked so far for a small or medium page (extendPage
+    /// links them a chunk at a time, and a page of a class the heap uses
+    /// little may never reach its end). Set up over slices that earlier
+    /// pages touched, that memory stayed resident anyway (the compiler
+    /// front end: 6 MiB of its peak in large pages once its second pass
+    /// reused the first one's memory, 10 MiB in small and medium pages on
+    /// two threads). The record stays a touched prefix of each slice. Owner
     /// only. Not where purged memory must be committed again (Windows):
     /// there a slice's record is all or nothing (see claimRun).
     pub fn purgePageTail(segment: *Segment, page: *const Page) void {
-        const tail = segment.deadTail(page) orelse return;
+        const kept_end = deadTailStart(segment, page) orelse return;
         const last = @as(usize, page.index) + page.slice_count - 1;
-        const slice_start = last << slice_shift;
-        const purge_end = @min(slice_bytes, std.mem.alignForward(usize, @as(usize, tail.units) * touch_unit_bytes, os.pageSize()));
         const base: [*]u8 = @ptrCast(segment);
-        os.purge(base + slice_start + tail.kept * touch_unit_bytes, purge_end - tail.kept * touch_unit_bytes);
-        purge.untouched(touchedSliceBytes(last, tail.units) - touchedSliceBytes(last, tail.kept));
-        segment.slice_touched[last] = @intCast(tail.kept);
-        if (tail.kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(last));
+        // A run of purged memory not yet given to the system: slices purged
+        // to their end and the next one from its start go in one call.
+        var run_start: usize = 0;
+        var run_end: usize = 0;
+        var untouched: usize = 0;
+        // Bounded: one step per slice of the page.
+        for (kept_end >> slice_shift..last + 1) |i| {
+            const slice_start = i << slice_shift;
+            const kept = keptUnits(slice_start, kept_end);
+            const units: usize = segment.slice_touched[i];
+            if (units <= kept) continue;
+            const from = slice_start + kept * touch_unit_bytes;
+            const to = slice_start + @min(slice_bytes, std.mem.alignForward(usize, units * touch_unit_bytes, os.pageSize()));
+            if (from != run_end) {
+                if (run_end > run_start) os.purge(base + run_start, run_end - run_start);
+                run_start = from;
+            }
+            run_end = to;
+            untouched += touchedSliceBytes(i, units) - touchedSliceBytes(i, kept);
+            segment.slice_touched[i] = @intCast(kept);
+            if (kept == 0) segment.resident_mask &= ~(@as(u64, 1) << @intCast(i));
+        }
+        if (run_end > run_start) os.purge(base + run_start, run_end - run_start);
+        assert(untouched > 0);
+        purge.untouched(untouched);
     }
 
     /// Whether `purgePageTail` would give anything back now.
     pub fn hasDeadTail(segment: *const Segment, page: *const Page) bool {
-        return segment.deadTail(page) != null;
+        return segment.deadTailStart(page) != null;
     }
 
-    /// The touch units of a large page's last slice that its block reaches
-    /// (`kept`) and that are recorded touched (`units`), when the second
-    /// is more.
-    fn deadTail(segment: *const Segment, page: *const Page) ?struct { kept: usize, units: usize } {
+    /// The touch units of the slice at `slice_start` (an offset in the
+    /// segment) that lie before `kept_end`.
+    fn keptUnits(slice_start: usize, kept_end: usize) usize {
+        return @min(touch_units_per_slice, (kept_end -| slice_start) / touch_unit_bytes);
+    }
+
+    /// Where (an offset in the segment, at a kernel page boundary) the
+    /// memory the page uses ends, when any of its slices is recorded
+    /// touched past it: the end of its block (large page) or of the blocks
+    /// linked so far (Page.touchedBytes).
+    fn deadTailStart(segment: *const Segment, page: *const Page) ?usize {
         if (os.purge_needs_commit) return null;
-        assert(Kind.ofClass(page.class) == .large and page.slice_count >= 2);
-        // Never slice 0 (edgeSlices), whose record leaves out the header.
-        assert(page.index != 0);
+        // Never slice 0, whose record leaves out the header (multi-slice
+        // pages never go there: edgeSlices).
+        if (page.index == 0) return null;
         const last = @as(usize, page.index) + page.slice_count - 1;
-        const slice_start = last << slice_shift;
         // Whole kernel pages, which may be larger than the record's unit.
-        const block_end = std.mem.alignForward(usize, @intFromPtr(page.area) - @intFromPtr(segment) + page.block_size, os.pageSize());
-        const kept: usize = @min(touch_units_per_slice, (block_end -| slice_start) / touch_unit_bytes);
-        const units = segment.slice_touched[last];
-        if (units <= kept) return null;
-        return .{ .kept = kept, .units = units };
+        const kept_end = std.mem.alignForward(usize, @intFromPtr(page.area) - @intFromPtr(segment) + page.touchedBytes(), os.pageSize());
+        // Bounded: one step per slice of the page.
+        for (kept_end >> slice_shift..last + 1) |i| {
+            if (segment.slice_touched[i] > keptUnits(i << slice_shift, kept_end)) return kept_end;
+        }
+        return null;
     }
 
     /// The bytes from `kept` to `moved_end` of a large page's block (offsets
