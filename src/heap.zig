@@ -1293,9 +1293,21 @@ pub const Heap = struct {
     /// 0.36 s with libc, whose exit callback runs `releaseUnused` while
     /// the heap holds less.) A period starts now: the old thread's low-water
     /// mark and overdue period would call all of this memory idle.
+    ///
+    /// What the heap's blocks got back while it had no thread (other
+    /// threads' frees, collected here) waits as the heap's own frees do
+    /// (purge.zig, rule 4): it is the ended thread's working set, which its
+    /// successor (the next worker of a pool, the next pass's thread)
+    /// builds its own from, not blocks a running consumer freed, which
+    /// wait 10 ms and up to four budgets. (The compiler front end on two
+    /// threads, where each pass's worker takes the last one's heap: the
+    /// budget purged 29 MiB of it at the takeover, for the worker to fault
+    /// it in again.)
     pub fn resumeForNewOwner(heap: *Heap) void {
-        heap.collectFreePages();
         heap.endPurgeWaits();
+        heap.freeing = true;
+        defer heap.freeing = false;
+        heap.collectFreePages();
         purge.schedule(heap);
     }
 

@@ -84,7 +84,12 @@
 //!    for fresh memory during the short wait with cold memory only, as
 //!    outside a wait (faults 31.5k, peak 35.4 MiB). During a wait the
 //!    heap's own frees began, they wait with it (batch_free peak RSS 26.6
-//!    and 26.1 MiB without and with that, 5 runs). A heap whose own frees
+//!    and 26.1 MiB without and with that, 5 runs). What a heap's blocks
+//!    got back while it had no thread, collected when a new thread takes
+//!    it over (Heap.resumeForNewOwner), waits as its own frees would: the
+//!    ended thread's working set, which the new one builds its own from
+//!    (the compiler front end's next worker: the budget purged 29 MiB of
+//!    it at the takeover, and the worker faulted it in again). A heap whose own frees
 //!    cross the budget again and again starts a wait after each: its
 //!    decay then rarely runs, and the budget still applies every second.
 //!

@@ -1041,3 +1041,73 @@ test "a new thread that takes an ended thread's heap keeps its free memory" {
     // take-over, the new thread faulted the same memory in again.
     try std.testing.expect(taker.free_bytes > 2 * purge.keep_bytes);
 }
+
+test "a new thread that takes an ended thread's heap keeps what its blocks got back meanwhile" {
+    if (builtin.single_threaded or config.secure) return error.SkipZigTest;
+    // As above: where threads say they end, this path is not taken.
+    if (os.thread_exit_callback or !os.can_probe_threads) return error.SkipZigTest;
+    const gpa = @import("root.zig").allocator;
+    const block_count = 48;
+    const Ended = struct {
+        heap: *Heap = undefined,
+        blocks: [block_count][]u8 = undefined,
+
+        // Fills large blocks and ends without telling, leaving them live.
+        fn run(e: *@This()) void {
+            for (&e.blocks) |*b| {
+                b.* = gpa.alloc(u8, 1 << 20) catch @panic("out of memory");
+                @memset(b.*, 1);
+            }
+            e.heap = current();
+        }
+    };
+    const Taker = struct {
+        took: bool = false,
+        waits_as_own: bool = false,
+        footprint_before: usize = 0,
+        footprint_after: usize = 0,
+
+        // A new thread's claim of the dead thread's heap, then its first
+        // allocation, which collects the frees the heap's blocks got.
+        fn run(t: *@This(), heap: *Heap) void {
+            const owner = loadOwner(heap);
+            const pid = os.currentPid();
+            // Found dead by the frees below (orphaned, left to new threads
+            // for a while), or not looked at yet; this thread may have its
+            // thread id, as `claim` then finds the heap first.
+            const reused = owner.state == .active and ownerTid(heap, owner) == os.currentTid();
+            if (owner.state != .orphaned and !reused and !isDead(heap, owner, pid)) return;
+            t.took = take(heap, owner, pid, os.currentTid());
+            if (!t.took) return;
+            t.footprint_before = purge.footprintBytes();
+            setCurrent(heap);
+            gpa.destroy(gpa.create(u64) catch @panic("out of memory"));
+            t.waits_as_own = heap.budget_wait_own;
+            t.footprint_after = purge.footprintBytes();
+            abandonCurrent();
+        }
+    };
+    // This thread frees into the ended thread's pages from a heap of its
+    // own: without one, its first such free would take that heap.
+    gpa.destroy(try gpa.create(u64));
+    var ended: Ended = .{};
+    const e = try std.Thread.spawn(.{}, Ended.run, .{&ended});
+    e.join();
+    try os.expectThreadReaped(ownerTid(ended.heap, loadOwner(ended.heap)));
+    // Freed here, into the dead thread's pages: each page is announced to
+    // its heap, which collects the blocks at its next slow path.
+    for (ended.blocks) |b| gpa.free(b);
+    // The freed memory must be past the budget, or nothing waits at all.
+    if (block_count << 20 <= purge.budgetBytes()) return error.SkipZigTest;
+    var taker: Taker = .{};
+    const t = try std.Thread.spawn(.{}, Taker.run, .{ &taker, ended.heap });
+    t.join();
+    if (!taker.took) return error.SkipZigTest;
+    // It waits as the heap's own frees would (a second), so the new thread
+    // builds its working set from it, resident in the heap or in the pool
+    // (empty segments). Before, the takeover ended every wait right after
+    // collecting it, and the budget took it at the next free, or at once
+    // when all free memory was past four budgets.
+    try std.testing.expect(taker.waits_as_own);
+    try std.testing.expect(taker.footprint_after + (block_count / 2 << 20) >= taker.footprint_before);
+}
