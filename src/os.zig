@@ -236,19 +236,26 @@ pub fn adviseHugePages(ptr: [*]u8, len: usize) void {
 /// aarch64 with 4 KiB pages); 0 where the system has none to give.
 pub const huge_page_bytes: usize = if (builtin.os.tag == .linux) 2 * 1024 * 1024 else 0;
 
-/// Kernel pages looked at by `residentPages`: 16 MiB of 4 KiB pages.
+/// The answer vector of `residentPages`, in bytes: one per kernel page of
+/// the first 16 MiB looked at, at the smallest kernel page size.
 pub const resident_sample_pages = 4096;
 
 pub const Resident = struct { resident: usize, total: usize };
 
-/// How many of the first kernel pages of [ptr, ptr+len) (at most
-/// `resident_sample_pages`) are resident; null where the system cannot
-/// tell (then nothing asks for huge pages either). One system call.
+/// How many of the kernel pages in the first 16 MiB of [ptr, ptr+len) are
+/// resident; null where the system cannot tell (then nothing asks for
+/// huge pages either). One system call. The range is capped in bytes, not
+/// in pages of `pageSize()`: the kernel writes one byte per page of its
+/// own, and under an emulator that shows the program larger pages than
+/// its host's (qemu-user with QEMU_PAGESIZE) that is the host's 4 KiB
+/// page. Capped at 4096 pages of 16 KiB, a 24 MiB block's answer ran
+/// 2 KiB past the vector on the stack, over a return address (found by
+/// make test under qemu-aarch64 with 16 KiB pages, 2026-11-29).
 pub fn residentPages(ptr: [*]u8, len: usize) ?Resident {
     assert(@intFromPtr(ptr) % pageSize() == 0);
     // Only huge-page advice needs it, which only Linux takes.
     if (!@hasDecl(backend, "residentPages")) return null;
-    return backend.residentPages(@intFromPtr(ptr), @min(len, resident_sample_pages * pageSize()));
+    return backend.residentPages(@intFromPtr(ptr), @min(len, resident_sample_pages * page_size_min_bytes));
 }
 
 /// Makes [ptr, ptr+len) inaccessible (a guard page); false if the system
