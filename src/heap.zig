@@ -2286,6 +2286,37 @@ test "a page kept for its class stays counted when a full page of that class emp
     heap.checkInvariants();
 }
 
+/// Tests: a block of `block_len` bytes whose page is set up over the slices
+/// of a large block of `whole_len` bytes just written whole and freed
+/// (resident, recorded touched). Blocks that land elsewhere are held, so
+/// that the next try finds those slices first; `release` frees them.
+const PageOverWritten = struct {
+    held: [16][]u8 = undefined,
+    held_count: usize = 0,
+
+    fn find(over: *PageOverWritten, gpa: std.mem.Allocator, heap: *Heap, whole_len: usize, block_len: usize) !struct { []u8, *Segment, *Page } {
+        // Bounded by the held blocks.
+        while (over.held_count < over.held.len) {
+            const whole = try gpa.alloc(u8, whole_len);
+            @memset(whole, 1);
+            const at = Segment.ofPtr(whole.ptr).pageOf(whole.ptr);
+            gpa.free(whole);
+            heap.collectFreePages();
+            const block = try gpa.alloc(u8, block_len);
+            const segment = Segment.ofPtr(block.ptr);
+            const page = segment.pageOf(block.ptr);
+            if (page == at) return .{ block, segment, page };
+            over.held[over.held_count] = block;
+            over.held_count += 1;
+        }
+        return error.SkipZigTest;
+    }
+
+    fn release(over: *PageOverWritten, gpa: std.mem.Allocator) void {
+        for (over.held[0..over.held_count]) |b| gpa.free(b);
+    }
+};
+
 test "a large page's dead tail goes back at the period's end, and stays if the page goes first" {
     // Purged tails are whole kernel pages: with 64 KiB ones (some aarch64
     // kernels, wasm) a slice has none past a block that ends inside it.
@@ -2299,22 +2330,9 @@ test "a large page's dead tail goes back at the period's end, and stays if the p
     // is): its last slice's second half is resident and holds nothing.
     const whole_len = 4 * segment_mod.slice_bytes - 64 * kib / 2;
     const shorter_len = 3 * segment_mod.slice_bytes + 16 * kib;
-    var held: [16][]u8 = undefined;
-    var held_count: usize = 0;
-    defer for (held[0..held_count]) |b| gpa.free(b);
-    const shorter, const segment, const page = while (held_count < held.len) {
-        const whole = try gpa.alloc(u8, whole_len);
-        @memset(whole, 1);
-        const at = Segment.ofPtr(whole.ptr).pageOf(whole.ptr);
-        gpa.free(whole);
-        heap.collectFreePages();
-        const block = try gpa.alloc(u8, shorter_len);
-        const segment = Segment.ofPtr(block.ptr);
-        const page = segment.pageOf(block.ptr);
-        if (page == at) break .{ block, segment, page };
-        held[held_count] = block;
-        held_count += 1;
-    } else return error.SkipZigTest;
+    var over: PageOverWritten = .{};
+    defer over.release(gpa);
+    const shorter, const segment, const page = try over.find(gpa, heap, whole_len, shorter_len);
     try std.testing.expectEqual(@as(u8, 4), page.slice_count);
     const last = page.index + page.slice_count - 1;
     const touched = segment.slice_touched[last];
@@ -2361,22 +2379,9 @@ test "a medium page set up over touched slices gives back what it has not linked
     // A large block as long as a medium page, written whole and freed:
     // the medium page set up next over its slices finds them resident.
     const whole_len = segment_mod.medium_page_bytes - 32 * kib;
-    var held: [16][]u8 = undefined;
-    var held_count: usize = 0;
-    defer for (held[0..held_count]) |b| gpa.free(b);
-    const first, const segment, const page = while (held_count < held.len) {
-        const whole = try gpa.alloc(u8, whole_len);
-        @memset(whole, 1);
-        const at = Segment.ofPtr(whole.ptr).pageOf(whole.ptr);
-        gpa.free(whole);
-        heap.collectFreePages();
-        const block = try gpa.alloc(u8, block_len);
-        const segment = Segment.ofPtr(block.ptr);
-        const page = segment.pageOf(block.ptr);
-        if (page == at) break .{ block, segment, page };
-        held[held_count] = block;
-        held_count += 1;
-    } else return error.SkipZigTest;
+    var over: PageOverWritten = .{};
+    defer over.release(gpa);
+    const first, const segment, const page = try over.find(gpa, heap, whole_len, block_len);
     defer gpa.free(first);
     try std.testing.expectEqual(segment_mod.medium_page_slices, page.slice_count);
     const bit = @as(u64, 1) << @intCast(page.index);
