@@ -148,11 +148,11 @@ pub inline fn release(ptr: ?*anyopaque, comptime function: []const u8) void {
 noinline fn releaseGeneric(ptr: ?*anyopaque, comptime function: []const u8) void {
     const p: [*]u8 = @ptrCast(ptr orelse return);
     if (config.hardening.zero_size and secure.isZeroSize(p)) return releaseZeroSize(p, function);
-    check.beforeFree(p, null, function);
+    const found = check.beforeFree(p, null, function);
     if (config.fused_free) {
         Heap.freeRemembering(p);
     } else if (config.hardening.quarantine) {
-        quarantine.hold(p);
+        quarantine.hold(p, found);
     } else {
         Heap.free(p);
     }

@@ -106,7 +106,11 @@ inline fn alignedTag(ptr: [*]const u8) usize {
 const LiveBit = struct { word: *std.atomic.Value(usize), mask: usize, handed: usize };
 
 fn liveBit(segment: *Segment, page: *const Page, block: *const Words) LiveBit {
-    const index = size_class.blockIndex(page.class, @intFromPtr(block) - @intFromPtr(page.area));
+    return liveBitAt(segment, page, size_class.blockIndex(page.class, @intFromPtr(block) - @intFromPtr(page.area)));
+}
+
+/// `liveBit` of the block at `index` in its page.
+inline fn liveBitAt(segment: *Segment, page: *const Page, index: usize) LiveBit {
     assert(index < page.reserved and index < Segment.live_bits_per_page);
     const pairs = page.reserved <= Segment.handed_blocks_max;
     // In pairs the handed bit is the next one, in the same word (2 * index
@@ -206,14 +210,15 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     // Monotonic: as above; capacity only grows while the page is in use.
     const capacity = @atomicLoad(page_mod.BlockCount, &page.capacity, .monotonic);
     if (offset >= @as(usize, capacity) * page.block_size) invalid(function, ptr, "not a block kennel handed out");
-    const start = size_class.blockIndex(page.class, offset) * page.block_size;
+    const index = size_class.blockIndex(page.class, offset);
+    const start = index * page.block_size;
     const block: *Words = @ptrCast(@alignCast(page.area + start));
     const checked: Checked = .{
         .block = block,
         .page = page,
         .usable = start + page.block_size - offset,
         .huge = null,
-        .live = if (config.hardening.check_frees) liveBit(segment, page, block) else {},
+        .live = if (config.hardening.check_frees) liveBitAt(segment, page, index) else {},
     };
     // A page that never held an over-aligned block handed out block starts
     // only: an interior pointer there is one, whether or not its block is
@@ -272,7 +277,9 @@ fn markFreed(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
 /// accessible again (out of memory): it went back, and the allocation
 /// fails. Always true in the fast builds.
 pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zeroed: bool) bool {
-    const handed_before = if (Segment.has_block_map) markLive(ptr, alignment) else true;
+    // Looked up once for the live bit, the zero check and the canary.
+    const at = if (looks_up_page) Placed.of(ptr, alignment) else {};
+    const handed_before = if (Segment.has_block_map) markLive(ptr, at) else true;
     if (config.validate_frees and !config.hardening.check_frees) {
         const block = blockOf(ptr, alignment);
         memcheck.wordAccess(&block[1]);
@@ -280,17 +287,49 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
         @atomicStore(usize, &block[1], 0, .monotonic);
         memcheck.wordDone(&block[1]);
     }
-    if (scrubs and !reuse(ptr, alignment, handed_before)) {
+    if (scrubs and !reuse(at, handed_before)) {
         giveBack(ptr, alignment);
         return false;
     }
     if (config.hardening.canary) {
-        if (len) |n| secure.writeCanary(ptr, n, Heap.usableSize(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + Heap.usableSize(ptr));
+        if (len) |n| secure.writeCanary(ptr, n, at.usable(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + at.usable(ptr));
     }
     if (config.validate_frees and alignment > segment_mod.block_align_max_bytes) tagAligned(ptr, alignment);
     if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
     return true;
 }
+
+/// Whether `afterAlloc` looks at the block's page: for its live bit, its
+/// zero check or its canary (hardened).
+const looks_up_page = Segment.has_block_map or scrubs or config.hardening.canary;
+
+/// Where a block just handed out lies, looked up once (`afterAlloc`).
+/// `page` and `block` mean nothing for a huge block.
+const Placed = struct {
+    segment: *Segment,
+    page: *Page,
+    block: *Words,
+
+    inline fn of(ptr: [*]u8, alignment: usize) Placed {
+        const segment = Segment.ofPtr(ptr);
+        if (segment.kind == .huge) return .{ .segment = segment, .page = undefined, .block = undefined };
+        const page = segment.pageOf(ptr);
+        // A block aligned no further than every block is starts at the pointer.
+        const block: *Words = if (alignment <= segment_mod.block_align_max_bytes) @ptrCast(@alignCast(ptr)) else @ptrCast(page.blockStart(ptr));
+        assert(@intFromPtr(block) <= @intFromPtr(ptr) and @intFromPtr(ptr) - @intFromPtr(block) < page.block_size);
+        return .{ .segment = segment, .page = page, .block = block };
+    }
+
+    inline fn isHuge(at: Placed) bool {
+        return at.segment.kind == .huge;
+    }
+
+    /// Bytes from `ptr` to the end of its block (Heap.usableSize).
+    inline fn usable(at: Placed, ptr: [*]u8) usize {
+        if (at.isHuge()) return huge.usableSize(at.segment);
+        return @intFromPtr(at.block) + at.page.block_size - @intFromPtr(ptr);
+    }
+};
 
 /// A block just taken that `reuse` could not make accessible goes back as
 /// it was: free, guarded, its live bit clear or its freed mark written.
@@ -328,11 +367,10 @@ fn tagAligned(ptr: [*]u8, alignment: usize) void {
 /// nothing was guarded, and only the kernel page holding its link is
 /// checked (see secure.reuseFreed). False when its guarded pages could not
 /// be made accessible (out of memory).
-fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) bool {
-    const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return true;
-    const block: [*]u8 = @ptrCast(blockOf(ptr, alignment));
-    const block_size = segment.pageOf(ptr).block_size;
+fn reuse(at: Placed, handed_before: bool) bool {
+    if (at.isHuge()) return true;
+    const block: [*]u8 = @ptrCast(at.block);
+    const block_size = at.page.block_size;
     var written = secure.reuseFreed(block, block_size, secure.link_bytes, handed_before) catch return false;
     // A block handed out for the first time had only its first kernel page
     // checked. Its last bytes are where the C canary goes, about to be
@@ -349,11 +387,9 @@ fn reuse(ptr: [*]u8, alignment: usize, handed_before: bool) bool {
 /// guarding) of a block just handed out, with one atomic. Returns whether
 /// the block may have been freed since its page was set up: it was handed
 /// out before, or its page keeps no handed-out bits.
-fn markLive(ptr: [*]u8, alignment: usize) bool {
-    const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return true; // `used` says it (see markFreed)
-    const page = segment.pageOf(ptr);
-    const bit = liveBit(segment, page, blockOf(ptr, alignment));
+fn markLive(ptr: [*]u8, at: Placed) bool {
+    if (at.isHuge()) return true; // `used` says it (see markFreed)
+    const bit = liveBit(at.segment, at.page, at.block);
     const live = if (config.hardening.check_frees) bit.mask else 0;
     const handed = if (scrubs) bit.handed else 0;
     // Monotonic: as in markFreed. A live bit already set means the free
@@ -377,14 +413,15 @@ pub inline fn afterResize(old: [*]u8, old_len: ?usize, new: [*]u8, new_len: ?usi
 
 /// Before a block goes back to its heap: validate (C, or hardened), check
 /// the canary when the requested length is known (Zig), mark, fill, and
-/// tell memcheck.
-pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8) void {
+/// tell memcheck. Returns the block's page where the checks looked it up,
+/// for the quarantine, which would look again.
+pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8) ?Found {
     defer memcheck.freed(ptr);
     if (!config.validate_frees) {
         if (config.hardening.canary) if (len) |n| checkCanary(ptr, n, Heap.usableSize(ptr));
         if (scrubs) scrubUnchecked(ptr);
         if (config.fill_freed_available) fillFreed(ptr);
-        return;
+        return null;
     }
     // Inlined into every free path (free, operator delete and its aligned
     // form): it is most of a free's work, and the compiler keeps it out of
@@ -405,7 +442,12 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
         const block: [*]u8 = @ptrCast(checked.block);
         secure.fillFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block));
     }
+    return .{ .page = if (checked.huge == null) checked.page else null };
 }
+
+/// What the checks of a free found out about the block: its page, null
+/// for a huge block.
+pub const Found = struct { page: ?*Page };
 
 fn checkCanary(ptr: [*]u8, len: usize, usable: usize) void {
     if (!secure.canaryIntact(ptr, len, usable))

@@ -289,7 +289,12 @@ pub const Heap = struct {
     /// Frees a pointer kennel returned, from any thread.
     pub inline fn free(ptr: [*]u8) void {
         const segment = Segment.ofPtr(ptr);
-        const page = segment.pageOf(ptr);
+        freeInPage(segment, segment.pageOf(ptr), ptr);
+    }
+
+    /// `free`, where the caller looked up the block's segment and page.
+    pub inline fn freeInPage(segment: *Segment, page: *Page, ptr: [*]u8) void {
+        assert(segment == Segment.ofPtr(ptr) and (segment.kind == .huge or page == segment.pageOf(ptr)));
         const heap = thread.current();
         if (segment.ownerRelaxed() == heap) {
             @branchHint(.likely);

@@ -25,10 +25,12 @@ const assert = std.debug.assert;
 const config = @import("config.zig");
 const os = @import("os.zig");
 const secure = @import("secure.zig");
+const check = @import("check.zig");
 const thread = @import("thread.zig");
 const Heap = @import("heap.zig").Heap;
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
+const Page = @import("page.zig").Page;
 
 /// Small and medium blocks a heap's quarantine holds at most.
 pub const slot_count = 64;
@@ -59,37 +61,76 @@ comptime {
     assert(segment_mod.large_block_max_bytes <= large_held_bytes_max / 4);
 }
 
-/// One ring of waiting blocks: their addresses and block sizes.
+/// One ring of waiting blocks: their addresses, pages and block sizes.
 pub fn Ring(comptime slots: usize, comptime bytes_max: usize) type {
     return struct {
         const Self = @This();
         pub const slot_count = slots;
 
         blocks: [slots]usize = @splat(0),
+        /// Each block's page, for its free when it leaves: a waiting block
+        /// counts as used, so the page stays where it is meanwhile.
+        pages: [slots]*Page = undefined,
+        /// Each block's size (read by stats.zig from other threads).
         sizes: [slots]u32 = @splat(0),
         count: u32 = 0,
         held_bytes: usize = 0,
 
-        /// Puts `ptr` (a block of `bytes`) in the ring, after freeing
-        /// blocks picked at random until it fits.
-        fn hold(ring: *Self, random: *u64, ptr: [*]u8, bytes: usize) void {
+        /// Puts `ptr` (a block of `page`) in the ring, after freeing blocks
+        /// picked at random until it fits. A full ring (the common case)
+        /// frees one and puts the new block in its slot. Each block is
+        /// freed after the ring let it go, so that a free never sees a
+        /// ring in between.
+        fn hold(ring: *Self, random: *u64, ptr: [*]u8, page: *Page) void {
+            const bytes = page.block_size;
             assert(bytes <= bytes_max);
             // Each step empties a slot; the ring's size bounds the loop.
-            while (ring.count == slots or ring.held_bytes + bytes > bytes_max) {
+            while (ring.held_bytes + bytes > bytes_max) {
                 assert(ring.count > 0);
-                const i: usize = @intCast((@as(u128, secure.nextRandom(random)) * ring.count) >> 64);
-                const leaving: [*]u8 = @ptrFromInt(ring.blocks[i]);
-                ring.held_bytes -= ring.sizes[i];
+                const leaving = ring.take(ring.pick(random));
                 ring.count -= 1;
-                ring.blocks[i] = ring.blocks[ring.count];
-                ring.sizes[i] = ring.sizes[ring.count];
+                ring.set(leaving.slot, ring.blocks[ring.count], ring.pages[ring.count], ring.sizes[ring.count]);
                 ring.sizes[ring.count] = 0;
-                Heap.free(leaving);
+                leaving.free();
             }
-            ring.blocks[ring.count] = @intFromPtr(ptr);
-            ring.sizes[ring.count] = @intCast(bytes);
-            ring.count += 1;
             ring.held_bytes += bytes;
+            if (ring.count < slots) {
+                ring.set(ring.count, @intFromPtr(ptr), page, @intCast(bytes));
+                ring.count += 1;
+                return;
+            }
+            const leaving = ring.take(ring.pick(random));
+            ring.set(leaving.slot, @intFromPtr(ptr), page, @intCast(bytes));
+            leaving.free();
+        }
+
+        /// A slot picked at random among the waiting blocks.
+        inline fn pick(ring: *const Self, random: *u64) usize {
+            return @intCast((@as(u128, secure.nextRandom(random)) * ring.count) >> 64);
+        }
+
+        const Leaving = struct {
+            slot: usize,
+            block: [*]u8,
+            page: *Page,
+
+            inline fn free(leaving: Leaving) void {
+                Heap.freeInPage(Segment.ofPtr(leaving.block), leaving.page, leaving.block);
+            }
+        };
+
+        /// Lets the block in slot `i` go; the caller fills the slot, then
+        /// frees the block.
+        inline fn take(ring: *Self, i: usize) Leaving {
+            assert(i < ring.count);
+            ring.held_bytes -= ring.sizes[i];
+            return .{ .slot = i, .block = @ptrFromInt(ring.blocks[i]), .page = ring.pages[i] };
+        }
+
+        inline fn set(ring: *Self, i: usize, block: usize, page: *Page, bytes: u32) void {
+            ring.blocks[i] = block;
+            ring.pages[i] = page;
+            ring.sizes[i] = bytes;
         }
 
         /// Frees every block in the ring.
@@ -113,22 +154,29 @@ pub const Quarantine = if (config.hardening.quarantine) struct {
 
 /// Frees `ptr` (validated, marked freed, scrubbed) after a random delay:
 /// it waits in the calling thread's quarantine, and another block may leave.
-pub fn hold(ptr: [*]u8) void {
+/// `found`: what the free's checks found out about the block
+/// (check.beforeFree); null to look it up here.
+pub fn hold(ptr: [*]u8, found: ?check.Found) void {
     comptime assert(config.hardening.quarantine);
     const segment = Segment.ofPtr(ptr);
-    if (segment.kind == .huge) return Heap.free(ptr);
-    const bytes = segment.pageOf(ptr).block_size;
-    const large = bytes > held_block_bytes_max;
-    if (large and !holds_large) return Heap.free(ptr);
+    // A huge block is unmapped: it never waits.
+    const page = (found orelse lookUp(segment, ptr)).page orelse return Heap.free(ptr);
+    assert(page == lookUp(segment, ptr).page);
+    const large = page.block_size > held_block_bytes_max;
+    if (large and !holds_large) return Heap.freeInPage(segment, page, ptr);
     const current = thread.current();
     // A thread that frees before it ever allocated gets a heap now (not
     // one whose exit callback ran: see thread.exited).
-    if (current == &Heap.empty and !thread.mayTakeHeapToFree()) return Heap.free(ptr);
-    const heap = if (current == &Heap.empty) thread.initCurrent() orelse return Heap.free(ptr) else current;
+    if (current == &Heap.empty and !thread.mayTakeHeapToFree()) return Heap.freeInPage(segment, page, ptr);
+    const heap = if (current == &Heap.empty) thread.initCurrent() orelse return Heap.freeInPage(segment, page, ptr) else current;
     if (holds_large) {
-        if (large) return heap.quarantine.large.hold(&heap.random, ptr, bytes);
+        if (large) return heap.quarantine.large.hold(&heap.random, ptr, page);
     }
-    heap.quarantine.small.hold(&heap.random, ptr, bytes);
+    heap.quarantine.small.hold(&heap.random, ptr, page);
+}
+
+fn lookUp(segment: *Segment, ptr: [*]u8) check.Found {
+    return .{ .page = if (segment.kind == .huge) null else segment.pageOf(ptr) };
 }
 
 /// Blocks waiting in `heap`'s quarantine.

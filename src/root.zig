@@ -98,11 +98,9 @@ fn free(context: *anyopaque, memory: []u8, alignment: Alignment, return_address:
     _ = context;
     _ = alignment;
     _ = return_address;
-    if (hooked) {
-        check.beforeFree(memory.ptr, memory.len, "free");
-        countRequested(0, memory.len);
-    }
-    if (config.hardening.quarantine) quarantine.hold(memory.ptr) else Heap.free(memory.ptr);
+    const found = if (hooked) check.beforeFree(memory.ptr, memory.len, "free") else null;
+    if (hooked) countRequested(0, memory.len);
+    if (config.hardening.quarantine) quarantine.hold(memory.ptr, found) else Heap.free(memory.ptr);
 }
 
 /// A block kept its place (or moved as a whole) with a new length.
