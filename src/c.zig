@@ -207,7 +207,7 @@ fn realloc(ptr: ?*anyopaque, size: usize) callconv(.c) ?*anyopaque {
         return fresh;
     }
     const checked = check.validate(p, "realloc");
-    if (check.c_tail_bytes != 0) check.checkTailCanary(p, checked.usable, "realloc");
+    if (check.c_tail_bytes != 0) check.checkCanaries(p, checked, "realloc");
     const old_size = checked.usable - check.c_tail_bytes;
     const request = check.cRequest(size) orelse return outOfMemory();
     if (Heap.remap(p, max_align_bytes, request, .to_half)) |same_or_moved| {

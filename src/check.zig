@@ -292,11 +292,23 @@ pub inline fn afterAlloc(ptr: [*]u8, len: ?usize, alignment: usize, comptime zer
         return false;
     }
     if (config.hardening.canary) {
-        if (len) |n| secure.writeCanary(ptr, n, at.usable(ptr)) else if (c_tail_bytes != 0) secure.writeTailCanary(ptr + at.usable(ptr));
+        if (len) |n| secure.writeCanary(ptr, n, at.usable(ptr)) else if (c_tail_bytes != 0) tailCanaryAfterAlloc(ptr, at, zeroed);
     }
     if (config.validate_frees and alignment > segment_mod.block_align_max_bytes) tagAligned(ptr, alignment);
     if (config.valgrind) memcheck.allocated(ptr, len orelse Heap.usableSize(ptr), zeroed);
     return true;
+}
+
+/// C: the canary at the end of a block just handed out. A block that keeps
+/// its canary (secure.keepsTailCanary) must find it intact, or it was
+/// written while the block was free; unless its allocation cleared the
+/// block (`zeroed`, calloc), which then writes it again, as every other
+/// block does.
+fn tailCanaryAfterAlloc(ptr: [*]u8, at: Placed, comptime zeroed: bool) void {
+    const end = ptr + at.usable(ptr);
+    if (zeroed or at.isHuge() or !secure.keepsTailCanary(at.page.block_size)) return secure.writeTailCanary(end);
+    if (!secure.tailCanaryIntact(end))
+        os.fatal("write after free: the canary at the end of the free block 0x{x} was overwritten before it was handed out again (or an underflow from the block above it)", .{@intFromPtr(at.block)});
 }
 
 /// Whether `afterAlloc` looks at the block's page: for its live bit, its
@@ -371,12 +383,14 @@ fn reuse(at: Placed, handed_before: bool) bool {
     if (at.isHuge()) return true;
     const block: [*]u8 = @ptrCast(at.block);
     const block_size = at.page.block_size;
-    var written = secure.reuseFreed(block, block_size, secure.link_bytes, handed_before) catch return false;
+    // A canary the block keeps is checked by afterAlloc, not as zeros.
+    const kept_tail: usize = if (secure.keepsTailCanary(block_size)) c_tail_bytes else 0;
+    var written = secure.reuseFreed(block, block_size - kept_tail, secure.link_bytes, handed_before) catch return false;
     // A block handed out for the first time had only its first kernel page
     // checked. Its last bytes are where the C canary goes, about to be
     // written: they also hold what an underflow of up to 8 bytes from the
     // block above wrote, which the canary would hide for good.
-    if (written == null and !handed_before and c_tail_bytes != 0 and config.hardening.zero_freed)
+    if (written == null and !handed_before and c_tail_bytes != 0 and kept_tail == 0 and config.hardening.zero_freed)
         written = secure.firstNonzero(block, block_size - c_tail_bytes, block_size);
     if (written) |offset|
         os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
@@ -429,18 +443,18 @@ pub inline fn beforeFree(ptr: [*]u8, len: ?usize, comptime function: []const u8)
     // spills around it on every free.
     const checked = @call(.always_inline, validate, .{ ptr, function });
     if (config.hardening.canary) {
-        if (len) |n| checkCanary(ptr, n, checked.usable) else if (c_tail_bytes != 0) checkTailCanary(ptr, checked.usable, function);
+        if (len) |n| checkCanary(ptr, n, checked.usable) else if (c_tail_bytes != 0) checkCanaries(ptr, checked, function);
     }
     markFreed(ptr, checked, function);
-    if (scrubs and checked.huge == null) {
+    if ((scrubs or config.fill_freed_available) and checked.huge == null) {
         const block: [*]u8 = @ptrCast(checked.block);
+        // What the free may overwrite: not a canary the block keeps.
+        const kept_tail: usize = if (secure.keepsTailCanary(checked.page.block_size)) c_tail_bytes else 0;
+        const bytes = @intFromPtr(ptr) + checked.usable - @intFromPtr(block) - kept_tail;
         // The fast C library's freed mark (second word) stays.
         const keep = if (config.hardening.check_frees) secure.link_bytes else @sizeOf(Words);
-        secure.scrubFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block), keep);
-    }
-    if (config.fill_freed_available and checked.huge == null) {
-        const block: [*]u8 = @ptrCast(checked.block);
-        secure.fillFreed(block, @intFromPtr(ptr) + checked.usable - @intFromPtr(block));
+        if (scrubs) secure.scrubFreed(block, bytes, keep);
+        if (config.fill_freed_available) secure.fillFreed(block, bytes);
     }
     return .{ .page = if (checked.huge == null) checked.page else null };
 }
@@ -459,6 +473,18 @@ fn checkCanary(ptr: [*]u8, len: usize, usable: usize) void {
 pub fn checkTailCanary(ptr: [*]u8, usable: usize, comptime function: []const u8) void {
     if (!secure.tailCanaryIntact(ptr + usable))
         os.fatal(function ++ "(): heap overflow: the canary at the end of the block 0x{x} was overwritten (a write past its usable size, or before the block above it)", .{@intFromPtr(ptr)});
+}
+
+/// C, at free and realloc: the block's own tail canary, and where the block
+/// below keeps its canary (secure.keepsTailCanary), that one too: the bytes
+/// just before the block, which an underflow from it overwrites first.
+pub fn checkCanaries(ptr: [*]u8, checked: Checked, comptime function: []const u8) void {
+    checkTailCanary(ptr, checked.usable, function);
+    if (checked.huge != null or !secure.keepsTailCanary(checked.page.block_size)) return;
+    // The page's first block, never handed out, has none below.
+    assert(@intFromPtr(checked.block) > @intFromPtr(checked.page.area));
+    if (!secure.tailCanaryIntact(@ptrCast(checked.block)))
+        os.fatal(function ++ "(): heap underflow: the bytes before the block 0x{x} were overwritten (a write before its start, or past the end of the block below it)", .{@intFromPtr(ptr)});
 }
 
 /// Zeroing and guarding without validation (a build without checked frees).
@@ -507,7 +533,7 @@ pub fn guardHit(address: usize) ?usize {
             const segment: *Segment = @ptrFromInt(base);
             const end = base + if (segment.kind == .huge) segment.huge_mapping_bytes else segment_mod.segment_size_bytes;
             if (address >= end - guard and address < end) return base;
-            if (segment.kind == .pages and address < end and pageGuardHit(segment, address)) return base;
+            if (segment.kind == .pages and address < end and (pageGuardHit(segment, address) or segment.frontGuardHit(address))) return base;
             // The guard between a segment's or huge mapping's header and its
             // blocks.
             const offset = if (segment.kind == .huge) huge.headerGuardOffset() else Segment.headerGuardOffset();

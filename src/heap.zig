@@ -533,7 +533,7 @@ pub const Heap = struct {
     fn installPage(heap: *Heap, page: *Page, class: size_class.Class) ?*Page {
         const segment = Segment.ofPtr(page);
         const slices = segment_mod.pageSlices(class);
-        const area = segment.blockArea(page.index, slices);
+        const area = segment.blockArea(page.index, slices, segment_mod.Kind.ofClass(class));
         page.init(class, slices, area.ptr, area.len);
         if (!segment.setUpGuards(page)) {
             _ = heap.releasePage(segment, page);
@@ -604,7 +604,13 @@ pub const Heap = struct {
     /// Links the page's next chunk of fresh blocks, in random order when
     /// hardened.
     fn extendPage(heap: *Heap, page: *Page) void {
+        const old_capacity = page.capacity;
+        const keeps_tails = secure.keepsTailCanary(page.block_size);
+        // The first block of such a page is never handed out: its canary
+        // guards the second against underflows (secure.keepsTailCanary).
+        if (keeps_tails and old_capacity == 0) page.capacity = 1;
         if (config.hardening.randomize) page.extendShuffled(&heap.random) else page.extend();
+        if (keeps_tails) secure.writeSlotTails(page.area, page.block_size, old_capacity, page.capacity - old_capacity);
         // Fresh memory, where the slice was purged or never reached so far.
         const fresh = Segment.ofPtr(page).markTouched(page);
         if (fresh > 0) purge.makeRoom(heap, fresh);

@@ -735,6 +735,7 @@ fn writeHeader(segment: *Segment, mapping_bytes: usize) void {
     segment.free_mask = 0;
     segment.resident_mask = 0;
     segment.guards_closed = 0;
+    segment.front_guards_closed = 0;
     segment.all = .{};
     segment.with_free = .{};
     segment.with_run = .{};

@@ -219,6 +219,30 @@ pub fn tailCanaryIntact(end: [*]const u8) bool {
     return @as(*align(1) const u64, @ptrCast(at)).* == tailCanary(@intFromPtr(at));
 }
 
+/// Whether blocks of `block_size` keep their tail canary for as long as
+/// their page is set up (C): the blocks of small and medium pages, many to
+/// a page, each right above another. Their canaries are written when the
+/// page's capacity reaches them (`writeSlotTails`), checked when they are
+/// handed out and freed, and never zeroed while the page lives, free or
+/// not; and the page's first block is never handed out (Heap.extendPage).
+/// So the 8 bytes just below any block handed out are always a canary,
+/// which its free checks: an underflow from the block is caught when the
+/// block itself is freed, whatever its neighbour does, with nothing to race
+/// with (the bytes change only when the page is set up or released, never
+/// while a block of it is live). A large block (one a page) writes its
+/// canary when handed out, and a freed one is purged.
+pub inline fn keepsTailCanary(block_size: usize) bool {
+    return config.hardening.canary and config.c_library and block_size <= segment_mod.medium_block_max_bytes;
+}
+
+/// Writes the tail canaries of blocks `first` to `first + count` of a page
+/// of blocks of `block_size` at `area` (their page's capacity reached them).
+pub fn writeSlotTails(area: [*]u8, block_size: usize, first: usize, count: usize) void {
+    assert(keepsTailCanary(block_size));
+    // Bounded by the page's blocks.
+    for (first..first + count) |i| writeTailCanary(area + (i + 1) * block_size);
+}
+
 // ---- Zero on free, guarded large blocks ---------------------------------
 
 /// Blocks up to this size (small and medium pages) are zeroed and checked
@@ -367,11 +391,16 @@ pub fn openReleased(area: [*]u8, block_bytes: usize, capacity: usize, guard: ?[]
     return os.unguard(@ptrFromInt(start), end - start, span.end - span.start);
 }
 
-/// A page goes back to its segment (zero_freed): its free blocks' links
-/// are cleared, so the next class finds zeros.
+/// A page goes back to its segment (zero_freed): its free blocks' links,
+/// and the tail canaries they kept, are cleared, so the next class finds
+/// zeros.
 pub fn pageReleased(area: [*]u8, block_bytes: usize, capacity: usize) void {
     if (config.hardening.zero_freed) {
         for (0..capacity) |i| @as(*usize, @ptrCast(@alignCast(area + i * block_bytes))).* = 0;
+        // And the tail canaries the blocks kept (`keepsTailCanary`).
+        if (keepsTailCanary(block_bytes)) {
+            for (1..capacity + 1) |i| @as(*align(1) u64, @ptrCast(area + i * block_bytes - tail_canary_bytes)).* = 0;
+        }
     }
 }
 

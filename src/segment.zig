@@ -104,8 +104,20 @@ pub fn pageSlices(class: size_class.Class) u8 {
     return switch (Kind.ofClass(class)) {
         .small => 1,
         .medium => medium_page_slices,
-        .large => @intCast(std.math.divCeil(usize, size_class.blockSize(class) + pageGuardBytes(), slice_bytes) catch unreachable),
+        .large => @intCast(std.math.divCeil(usize, size_class.blockSize(class) + pageGuardBytes() + frontGuardBytes(), slice_bytes) catch unreachable),
     };
+}
+
+/// Hardened (guard pages): a large page also begins with a guard, its first
+/// kernel page, and its block starts right above it, so an underflow from
+/// the block (the page's only one) faults at once. Below a large page lies
+/// whatever the segment put there: small pages' blocks, free slices, or
+/// the guard of a medium or large page; the blocks of small and medium
+/// pages are guarded against underflows by the canary of the block below
+/// them instead (C, secure.keepsTailCanary). Opened again when the page
+/// goes back to its segment.
+pub fn frontGuardBytes() usize {
+    return pageGuardBytes();
 }
 
 /// Hardened (guard pages): the last kernel page of every medium and large
@@ -236,6 +248,9 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
+    /// Bit i: the large page starting at slice i has its front guard closed
+    /// (`frontGuardBytes`); only while the page is in use.
+    front_guards_closed: u64,
     /// Bit i: the page starting at slice i has a dead tail that
     /// waits for the owner's decay period to end (Heap.waitTail); cleared
     /// when the page is released or its tail purged. Owner only.
@@ -451,6 +466,7 @@ pub const Segment = extern struct {
         segment.moved_in = 0;
         segment.resident_mask = 0;
         segment.guards_closed = 0;
+        segment.front_guards_closed = 0;
         segment.tails_waiting = 0;
         segment.tails_old = 0;
         segment.split_marks = @splat(0);
@@ -529,13 +545,15 @@ pub const Segment = extern struct {
     /// Where the blocks of a new page of `slices` slices starting at
     /// `first` lie: its area, less the guard at the end of a medium or
     /// large page, or of a small page on a guarded slice
-    /// (`pageGuardBytes`), which follows the result.
-    pub fn blockArea(segment: *Segment, first: usize, slices: usize) []u8 {
+    /// (`pageGuardBytes`), which follows the result, and less a large
+    /// page's front guard (`frontGuardBytes`), which precedes it.
+    pub fn blockArea(segment: *Segment, first: usize, slices: usize, kind: Kind) []u8 {
         const area = segment.pageArea(first, slices);
         if (slices == 1) return if (smallPageGuarded(first)) area[0 .. area.len - pageGuardBytes()] else area;
         // Never the last slice (edgeSlices): the span ends on a slice boundary.
         assert(@intFromPtr(area.ptr + area.len) == @intFromPtr(segment) + ((first + slices) << slice_shift));
-        return area[0 .. area.len - pageGuardBytes()];
+        const front = if (kind == .large) frontGuardBytes() else 0;
+        return area[front .. area.len - pageGuardBytes()];
     }
 
     /// The guard at the end of the page in use at `page` (medium and large
@@ -595,12 +613,46 @@ pub const Segment = extern struct {
         }
         // No page with a guard ends in the header's slice or the last.
         assert(segment.guards_closed & edgeSlices() == 0);
+        if (frontGuardBytes() > 0 and Kind.ofClass(page.class) == .large) {
+            // As the end guard: a refusal leaves the page without it.
+            const bit = @as(u64, 1) << @intCast(page.index);
+            assert(segment.front_guards_closed & bit == 0);
+            const guard = segment.frontGuard(page.index);
+            assert(@intFromPtr(guard.ptr + guard.len) == @intFromPtr(page.area));
+            if (os.guard(guard.ptr, guard.len, false)) segment.front_guards_closed |= bit;
+        }
         return true;
+    }
+
+    /// The memory of the front guard of a large page starting at slice
+    /// `first`: the first kernel page of its area.
+    fn frontGuard(segment: *Segment, first: usize) []u8 {
+        const guard = frontGuardBytes();
+        assert(guard > 0);
+        return segment.pageArea(first, 1)[0..guard];
+    }
+
+    /// Whether `address` (in this segment) lies in a closed front guard.
+    /// Safe in a signal handler, as check.guardHit is.
+    pub fn frontGuardHit(segment: *Segment, address: usize) bool {
+        const guard = frontGuardBytes();
+        if (guard == 0) return false;
+        const slice = (address - @intFromPtr(segment)) >> slice_shift;
+        // A snapshot of an owner-written mask (see loadMaskRelaxed): the bit
+        // of a guard that faulted was set before the access.
+        if (loadMaskRelaxed(&segment.front_guards_closed) & (@as(u64, 1) << @intCast(slice)) == 0) return false;
+        const start = @intFromPtr(segment.pageArea(slice, 1).ptr);
+        return address >= start and address < start + guard;
     }
 
     /// The page at `page` goes back to the segment (guard pages): its guard
     /// stays closed (`guards_closed`), or opens where it cannot stay.
     pub fn releaseGuard(segment: *Segment, page: *const Page) void {
+        const front_bit = @as(u64, 1) << @intCast(page.index);
+        if (segment.front_guards_closed & front_bit != 0) {
+            openGuards(segment.frontGuard(page.index));
+            segment.front_guards_closed &= ~front_bit;
+        }
         const guard = segment.pageGuard(page) orelse return;
         if (guards_stay_closed) return;
         const bit = @as(u64, 1) << @intCast(page.index + page.slice_count - 1);

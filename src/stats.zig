@@ -22,6 +22,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const config = @import("config.zig");
+const secure = @import("secure.zig");
 const os = @import("os.zig");
 const size_class = @import("size_class.zig");
 const segment_mod = @import("segment.zig");
@@ -259,8 +260,11 @@ fn addSegment(walk: *Walk, address: usize) void {
         const used = @atomicLoad(BlockCount, &p.used, .monotonic);
         const live = used -| p.pendingCount();
         const c = &s.classes[class];
-        s.free_blocks += capacity -| live;
-        c.blocks_free += capacity -| live;
+        // Hardened C: a page's first block is no free block (see
+        // secure.keepsTailCanary); it is never handed out.
+        const reserved: BlockCount = if (secure.keepsTailCanary(c.block_size)) 1 else 0;
+        s.free_blocks += capacity -| live -| reserved;
+        c.blocks_free += capacity -| live -| reserved;
         c.pages += 1;
         c.blocks_live += live;
         s.block_bytes += live * c.block_size;

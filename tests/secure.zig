@@ -461,6 +461,34 @@ test "hardened: a run of writes from a medium block faults at its page's end" {
     try expectFault(overflowMediumPage);
 }
 
+/// A write just below a large block (above 64 KiB; one a page), whose
+/// page begins with a guard. Small pages below it first: below a large
+/// page there is then no guard of another page to meet.
+fn underflowLargeBlock() void {
+    for (0..64) |_| _ = gpa.create([48]u8) catch unreachable;
+    const block = gpa.alloc(u8, 200 * 1024) catch unreachable;
+    const below: *volatile u8 = @ptrCast(block.ptr - 1);
+    below.* = 'L';
+}
+
+test "hardened: a write below a large block faults at its page's front guard" {
+    if (!hardening.guard_pages or builtin.os.tag != .linux or std.heap.pageSize() * 4 > kennel.layout.slice_bytes) return error.SkipZigTest;
+    try expectFault(underflowLargeBlock);
+    // Released (more of them than the quarantine holds), large pages open
+    // their front guards: the small pages that take their slices next are
+    // written whole without a fault.
+    var large: [64][]u8 = undefined;
+    for (&large) |*b| b.* = try gpa.alloc(u8, 200 * 1024);
+    for (large) |b| gpa.free(b);
+    const small = try gpa.alloc(*[48]u8, 100_000);
+    defer gpa.free(small);
+    for (small) |*b| {
+        b.* = try gpa.create([48]u8);
+        @memset(b.*, 1);
+    }
+    for (small) |b| gpa.destroy(b);
+}
+
 /// A run of writes from a small block on a slice whose small page ends in
 /// a guard (every sixteenth slice: Segment.smallPageGuarded) to the end of
 /// the slice meets the guard.

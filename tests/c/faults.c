@@ -552,6 +552,33 @@ static void underflow_one_byte(void) {
     _exit(2);
 }
 
+/* Before a block, its block below left alone: the bytes just below a small
+   or medium block are always a canary (the end of the block below, which
+   a page's first block, never handed out, has too), checked when the
+   block itself is freed or reallocated. */
+static void underflow_own(size_t size, size_t bytes, int by_realloc) {
+    char *keep = malloc(size); /* the page stays set up */
+    char *p = malloc(size);
+    announce(p);
+    memset(p - bytes, 0x41, bytes);
+    if (by_realloc) p = realloc(p, 2 * size);
+    free(p);
+    free(keep);
+}
+
+/* A large block's page begins with a guard: the write faults. */
+static void underflow_large(void) {
+    char *keep = malloc(100);
+    char *p = malloc(200000);
+    p[-1] = 0x41;
+    free(p);
+    free(keep);
+}
+
+static void underflow_small_own_free(void) { underflow_own(48, 1, 0); }
+static void underflow_medium_own_free(void) { underflow_own(16384, 32, 0); }
+static void underflow_then_realloc(void) { underflow_own(200, 8, 1); }
+
 /* Eight bytes before a block whose block below was never handed out and
    spans two kernel pages: they land where that block's canary will go,
    past the first kernel page, the only one checked when a block is handed
@@ -763,6 +790,10 @@ static const struct fault faults[] = {
     {"overflow, then realloc", overflow_then_realloc, ABORT_NAMING, NOT_RUN, "canary", NULL},
     {"underflow by one byte", underflow_one_byte, ABORT_NAMING, CLEAN, "canary", NULL},
     {"underflow into a block never handed out", underflow_into_fresh_block, ABORT_NAMING, NOT_RUN, "write after free", NULL},
+    {"underflow, caught at its own free", underflow_small_own_free, ABORT_NAMING, NOT_RUN, "free(): heap underflow", NULL},
+    {"underflow by 32 bytes (medium)", underflow_medium_own_free, ABORT_NAMING, NOT_RUN, "free(): heap underflow", NULL},
+    {"underflow, then realloc", underflow_then_realloc, ABORT_NAMING, NOT_RUN, "realloc(): heap underflow", NULL},
+    {"underflow below a large block", underflow_large, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
     {"write after free, deep", write_after_free_deep, ABORT_NAMING, CLEAN, "write after free", NULL},
     {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
