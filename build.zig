@@ -458,6 +458,18 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
     cxx.has_side_effects = true;
     test_step.dependOn(&cxx.step);
 
+    // Heap errors class by class under the C library's malloc and both
+    // libraries as users get them (ReleaseFast, preloaded): the hardened
+    // one must stop what glibc's malloc stops, and its documented classes.
+    // ReleaseFast: a sanitizer's trap would stop errors under every library.
+    const matrix_module = b.createModule(.{ .target = target, .optimize = .fast, .link_libc = true });
+    matrix_module.addCSourceFile(.{ .file = b.path("tests/c/error_matrix.c"), .flags = &.{ "-std=gnu11", "-fno-builtin", "-Wall", "-Wextra", "-Werror" } });
+    const matrix = b.addRunArtifact(b.addExecutable(.{ .name = "c-error_matrix", .root_module = matrix_module }));
+    matrix.addArtifactArg(installed.shared);
+    matrix.addArtifactArg(hardened_fast.shared);
+    matrix.has_side_effects = true;
+    test_step.dependOn(&matrix.step);
+
     // Real programs under LD_PRELOAD: the installed library, and the
     // hardened one as users get it (ReleaseFast), which must raise no false
     // alarm on programs that use the heap correctly.
