@@ -114,8 +114,10 @@ pub fn pageSlices(class: size_class.Class) u8 {
 /// whatever the segment put there: small pages' blocks, free slices, or
 /// the guard of a medium or large page; the blocks of small and medium
 /// pages are guarded against underflows by the canary of the block below
-/// them instead (C, secure.keepsTailCanary). Opened again when the page
-/// goes back to its segment.
+/// them instead (C, secure.keepsTailCanary). Left closed when the page
+/// goes back to its segment, as the end guard is: the next large page set
+/// up at the same slice needs no system call, and any other page set up
+/// over it opens it.
 pub fn frontGuardBytes() usize {
     return pageGuardBytes();
 }
@@ -248,8 +250,9 @@ pub const Segment = extern struct {
     /// needs no system call; a page set up over a closed guard opens it
     /// (`setUpGuards`).
     guards_closed: u64,
-    /// Bit i: the large page starting at slice i has its front guard closed
-    /// (`frontGuardBytes`); only while the page is in use.
+    /// Bit i: the first kernel page of slice i is a closed front guard
+    /// (`frontGuardBytes`): of the large page in use that starts there, or
+    /// left closed by one that went back to the segment, as `guards_closed`.
     front_guards_closed: u64,
     /// Bit i: the page starting at slice i has a dead tail that
     /// waits for the owner's decay period to end (Heap.waitTail); cleared
@@ -586,7 +589,8 @@ pub const Segment = extern struct {
     /// A page was just set up at `page` (guard pages): guards that earlier
     /// pages left closed inside its area open, with one system call, and
     /// its own guard (medium and large pages, small ones on guarded
-    /// slices) closes unless it was left closed there. A refusal to close
+    /// slices; and a large page's front guard) closes unless it was left
+    /// closed there. A refusal to close
     /// (out of memory for the split mapping, or the kernel's limit on
     /// mappings) leaves the page unguarded, as it would be without the
     /// feature: its blocks never reach the guard's memory. A refusal to
@@ -597,15 +601,28 @@ pub const Segment = extern struct {
         if (pageGuardBytes() == 0) return true;
         assert(segment.free_mask & spanMask(page.index, page.slice_count) == 0);
         const last = @as(usize, page.index) + page.slice_count - 1;
+        const span = spanMask(page.index, page.slice_count);
         const own: u64 = if (hasGuard(page.index, page.slice_count)) @as(u64, 1) << @intCast(last) else 0;
-        const inside = segment.guards_closed & spanMask(page.index, page.slice_count) & ~own;
-        if (inside != 0) {
+        const own_front: u64 = if (frontGuardBytes() > 0 and Kind.ofClass(page.class) == .large) @as(u64, 1) << @intCast(page.index) else 0;
+        const inside = segment.guards_closed & span & ~own;
+        const inside_front = segment.front_guards_closed & span & ~own_front;
+        if (inside | inside_front != 0) {
             // Between the first and the last closed guard lies only memory
-            // that is accessible already.
-            const start = segment.sliceGuard(@ctz(inside)).ptr;
-            const end = segment.sliceGuard(slice_count - 1 - @clz(inside)).ptr + pageGuardBytes();
-            if (!os.unguard(start, end - start, pageGuardBytes())) return false;
+            // that is accessible already. A front guard begins its slice,
+            // an end guard ends it.
+            var start: usize = std.math.maxInt(usize);
+            var end: usize = 0;
+            if (inside != 0) {
+                start = @intFromPtr(segment.sliceGuard(@ctz(inside)).ptr);
+                end = @intFromPtr(segment.sliceGuard(slice_count - 1 - @clz(inside)).ptr) + pageGuardBytes();
+            }
+            if (inside_front != 0) {
+                start = @min(start, @intFromPtr(segment.frontGuard(@ctz(inside_front)).ptr));
+                end = @max(end, @intFromPtr(segment.frontGuard(slice_count - 1 - @clz(inside_front)).ptr) + frontGuardBytes());
+            }
+            if (!os.unguard(@ptrFromInt(start), end - start, pageGuardBytes())) return false;
             segment.guards_closed &= ~inside;
+            segment.front_guards_closed &= ~inside_front;
         }
         if (own != 0 and segment.guards_closed & own == 0) {
             const guard = segment.sliceGuard(last);
@@ -613,13 +630,11 @@ pub const Segment = extern struct {
         }
         // No page with a guard ends in the header's slice or the last.
         assert(segment.guards_closed & edgeSlices() == 0);
-        if (frontGuardBytes() > 0 and Kind.ofClass(page.class) == .large) {
+        if (own_front != 0 and segment.front_guards_closed & own_front == 0) {
             // As the end guard: a refusal leaves the page without it.
-            const bit = @as(u64, 1) << @intCast(page.index);
-            assert(segment.front_guards_closed & bit == 0);
             const guard = segment.frontGuard(page.index);
             assert(@intFromPtr(guard.ptr + guard.len) == @intFromPtr(page.area));
-            if (os.guard(guard.ptr, guard.len, false)) segment.front_guards_closed |= bit;
+            if (os.guard(guard.ptr, guard.len, false)) segment.front_guards_closed |= own_front;
         }
         return true;
     }
@@ -645,11 +660,12 @@ pub const Segment = extern struct {
         return address >= start and address < start + guard;
     }
 
-    /// The page at `page` goes back to the segment (guard pages): its guard
-    /// stays closed (`guards_closed`), or opens where it cannot stay.
+    /// The page at `page` goes back to the segment (guard pages): its
+    /// guards stay closed (`guards_closed`, `front_guards_closed`), or open
+    /// where they cannot stay.
     pub fn releaseGuard(segment: *Segment, page: *const Page) void {
         const front_bit = @as(u64, 1) << @intCast(page.index);
-        if (segment.front_guards_closed & front_bit != 0) {
+        if (!guards_stay_closed and segment.front_guards_closed & front_bit != 0) {
             openGuards(segment.frontGuard(page.index));
             segment.front_guards_closed &= ~front_bit;
         }

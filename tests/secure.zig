@@ -474,9 +474,9 @@ fn underflowLargeBlock() void {
 test "hardened: a write below a large block faults at its page's front guard" {
     if (!hardening.guard_pages or builtin.os.tag != .linux or std.heap.pageSize() * 4 > kennel.layout.slice_bytes) return error.SkipZigTest;
     try expectFault(underflowLargeBlock);
-    // Released (more of them than the quarantine holds), large pages open
-    // their front guards: the small pages that take their slices next are
-    // written whole without a fault.
+    // Released (more of them than the quarantine holds), large pages leave
+    // their front guards closed, and the small pages set up over them open
+    // them: those pages are written whole without a fault.
     var large: [64][]u8 = undefined;
     for (&large) |*b| b.* = try gpa.alloc(u8, 200 * 1024);
     for (large) |b| gpa.free(b);
