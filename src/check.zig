@@ -387,9 +387,10 @@ fn reuse(at: Placed, handed_before: bool) bool {
     const kept_tail: usize = if (secure.keepsTailCanary(block_size)) c_tail_bytes else 0;
     var written = secure.reuseFreed(block, block_size - kept_tail, secure.link_bytes, handed_before) catch return false;
     // A block handed out for the first time had only its first kernel page
-    // checked. Its last bytes are where the C canary goes, about to be
-    // written: they also hold what an underflow of up to 8 bytes from the
-    // block above wrote, which the canary would hide for good.
+    // checked. A large block's last bytes (it keeps no canary while free)
+    // are where its C canary goes, about to be written: they also hold
+    // what an underflow of up to 8 bytes from above wrote, which the
+    // canary would hide for good.
     if (written == null and !handed_before and c_tail_bytes != 0 and kept_tail == 0 and config.hardening.zero_freed)
         written = secure.firstNonzero(block, block_size - c_tail_bytes, block_size);
     if (written) |offset|

@@ -20,8 +20,9 @@
 //! - Tail canaries (C): the last `tail_canary_bytes` of every block, which
 //!   malloc_usable_size leaves out, hold a word derived from their address,
 //!   checked at free and realloc. A write past the usable size hits it, and
-//!   so does an underflow of up to 8 bytes from the block above (caught when
-//!   the block below is freed, or, free, handed out again: see zeroing).
+//!   so does an underflow from the block above, which that block's free
+//!   checks: blocks of small and medium pages keep their canaries while
+//!   free too (`keepsTailCanary`), and large pages begin with a guard.
 //! - Zero on free, check on reuse: a freed block is zeroed whole (above
 //!   `zero_whole_bytes_max`, its first kernel page and any partial last one;
 //!   the kernel pages between are purged, which reads back as zeros on
