@@ -224,6 +224,10 @@ pub fn validate(ptr: [*]u8, comptime function: []const u8) Checked {
     // only: an interior pointer there is one, whether or not its block is
     // free (it was named a double free when the block was).
     if (start != offset and !page.loadFlags().has_aligned) invalid(function, ptr, "points into the middle of a block");
+    // C, hardened: a page's first block is never handed out (its canary
+    // guards the second: secure.keepsTailCanary). Named as such, not as the
+    // double free its clear live bit would say.
+    if (index == 0 and secure.keepsTailCanary(page.block_size)) invalid(function, ptr, "not a block kennel handed out");
     if (config.hardening.check_frees) {
         // Monotonic: a racing free is caught by the RMW in markFreed.
         if (checked.live.word.load(.monotonic) & checked.live.mask == 0) doubleFree(function, ptr);

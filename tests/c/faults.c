@@ -566,6 +566,23 @@ static void underflow_own(size_t size, size_t bytes, int by_realloc) {
     free(keep);
 }
 
+/* The first block of a small page that is not its segment's first: it
+   starts the page's 64 KiB slice. The hardened library never hands it out
+   (its canary guards the second block's start), and a free of it is no
+   block's free. */
+static void free_reserved_first_block(void) {
+    for (int i = 0; i < 4000; i++) {
+        char *p = malloc(48);
+        uintptr_t slice = (uintptr_t)p & ~(uintptr_t)0xffff;
+        if (slice == ((uintptr_t)p & ~(uintptr_t)0x3fffff) || slice == (uintptr_t)p) continue;
+        announce((void *)slice);
+        free((void *)slice);
+        return;
+    }
+    fprintf(stderr, "no small page past a segment's first slice\n");
+    _exit(2);
+}
+
 /* A large block's page begins with a guard: the write faults. */
 static void underflow_large(void) {
     char *keep = malloc(100);
@@ -794,6 +811,7 @@ static const struct fault faults[] = {
     {"underflow by 32 bytes (medium)", underflow_medium_own_free, ABORT_NAMING, NOT_RUN, "free(): heap underflow", NULL},
     {"underflow, then realloc", underflow_then_realloc, ABORT_NAMING, NOT_RUN, "realloc(): heap underflow", NULL},
     {"underflow below a large block", underflow_large, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
+    {"free of a page's unused first block", free_reserved_first_block, ABORT_NAMING, NOT_RUN, "not a block kennel handed out", NULL},
     {"write after free, deep", write_after_free_deep, ABORT_NAMING, CLEAN, "write after free", NULL},
     {"write after free (large)", write_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
     {"read after free (large)", read_after_free_large, ABORT_NAMING, CLEAN, "use after free", NULL},
