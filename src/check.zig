@@ -394,9 +394,11 @@ fn reuse(at: Placed, handed_before: bool) bool {
     // checked. A large block's last bytes (it keeps no canary while free)
     // are where its C canary goes, about to be written: they also hold
     // what an underflow of up to 8 bytes from above wrote, which the
-    // canary would hide for good.
-    if (written == null and !handed_before and c_tail_bytes != 0 and kept_tail == 0 and config.hardening.zero_freed)
-        written = secure.firstNonzero(block, block_size - c_tail_bytes, block_size);
+    // canary would hide for good. Checked as the canary is written, with one
+    // access: that kernel page is often fresh.
+    if (written == null and !handed_before and c_tail_bytes != 0 and kept_tail == 0 and config.hardening.zero_freed) {
+        if (secure.swapTailCanary(block + block_size)) |offset| written = block_size - c_tail_bytes + offset;
+    }
     if (written) |offset|
         os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
     return true;

@@ -214,6 +214,23 @@ pub fn writeTailCanary(end: [*]u8) void {
     @as(*align(1) u64, @ptrCast(at)).* = tailCanary(@intFromPtr(at));
 }
 
+/// Writes the canary into the last bytes before `end` (a block's end, word
+/// aligned) and returns the offset from `end - tail_canary_bytes` of the
+/// first nonzero byte it replaced, if any. One write access: a check that
+/// read first would map the kernel's zero page in where the kernel page is
+/// fresh (a large block's last page, discarded while it was free), and the
+/// write would then fault a second time to replace it.
+pub fn swapTailCanary(end: [*]u8) ?usize {
+    const at: *u64 = @ptrCast(@alignCast(end - tail_canary_bytes));
+    // Monotonic: the block was just taken by this thread; atomic only so
+    // that the old bytes are read by the instruction that writes.
+    const old = @atomicRmw(u64, at, .Xchg, tailCanary(@intFromPtr(at)), .monotonic);
+    for (std.mem.asBytes(&old), 0..) |byte, i| {
+        if (byte != 0) return i;
+    }
+    return null;
+}
+
 /// Whether the canary before `end` is intact.
 pub fn tailCanaryIntact(end: [*]const u8) bool {
     const at = end - tail_canary_bytes;
@@ -537,6 +554,20 @@ test "a written byte is found anywhere: in the vector part and in the tail" {
         }
         try std.testing.expectEqual(@as(?usize, null), firstNonzero(&block, 8, end));
     }
+}
+
+test "a tail canary swapped in names the first byte it replaced that was written" {
+    if (!config.secure) return;
+    init();
+    var block: [64]u8 align(8) = @splat(0);
+    const end = block[0..].ptr + block.len;
+    try std.testing.expectEqual(@as(?usize, null), swapTailCanary(end));
+    try std.testing.expect(tailCanaryIntact(end));
+    @memset(block[56..], 0);
+    block[61] = 0x5a;
+    block[63] = 0x01;
+    try std.testing.expectEqual(@as(?usize, 5), swapTailCanary(end));
+    try std.testing.expect(tailCanaryIntact(end));
 }
 
 test "shuffle is a permutation" {
