@@ -31,6 +31,8 @@ const Heap = @import("heap.zig").Heap;
 const segment_mod = @import("segment.zig");
 const Segment = segment_mod.Segment;
 const Page = @import("page.zig").Page;
+const Block = @import("page.zig").Block;
+const memcheck = @import("memcheck.zig");
 
 /// Small and medium blocks a heap's quarantine holds at most.
 pub const slot_count = 64;
@@ -115,6 +117,7 @@ pub fn Ring(comptime slots: usize, comptime bytes_max: usize) type {
             page: *Page,
 
             inline fn free(leaving: Leaving) void {
+                checkFirstWord(leaving.page.blockStart(leaving.block));
                 Heap.freeInPage(Segment.ofPtr(leaving.block), leaving.page, leaving.block);
             }
         };
@@ -138,6 +141,7 @@ pub fn Ring(comptime slots: usize, comptime bytes_max: usize) type {
             // Each step empties a slot.
             while (ring.count > 0) {
                 ring.count -= 1;
+                checkFirstWord(ring.pages[ring.count].blockStart(@ptrFromInt(ring.blocks[ring.count])));
                 Heap.free(@ptrFromInt(ring.blocks[ring.count]));
                 ring.sizes[ring.count] = 0;
             }
@@ -169,10 +173,39 @@ pub fn hold(ptr: [*]u8, found: ?check.Found) void {
     // one whose exit callback ran: see thread.exited).
     if (current == &Heap.empty and !thread.mayTakeHeapToFree()) return Heap.freeInPage(segment, page, ptr);
     const heap = if (current == &Heap.empty) thread.initCurrent() orelse return Heap.freeInPage(segment, page, ptr) else current;
+    clearFirstWord(page.blockStart(ptr));
     if (holds_large) {
         if (large) return heap.quarantine.large.hold(&heap.random, ptr, page);
     }
     heap.quarantine.small.hold(&heap.random, ptr, page);
+}
+
+// A waiting block's first word is where its free-list link goes when it
+// leaves, so the zero check of a block handed out skips it and the link's
+// encoding covers it only once it is written: a write after free there
+// while the block waits was overwritten by that link, unseen. It is zero
+// while the block waits, and checked when the block leaves.
+
+fn clearFirstWord(block: *Block) void {
+    const word: *usize = &block.link;
+    memcheck.wordAccess(word);
+    // Monotonic: a plain store; the block is this thread's until it
+    // leaves (a racing use after free is what the check looks for).
+    @atomicStore(usize, word, 0, .monotonic);
+    memcheck.wordDone(word);
+}
+
+fn checkFirstWord(block: *Block) void {
+    const word: *usize = &block.link;
+    memcheck.wordAccess(word);
+    // Monotonic: as in clearFirstWord.
+    const value = @atomicLoad(usize, word, .monotonic);
+    memcheck.wordDone(word);
+    if (value == 0) return;
+    const offset = for (std.mem.asBytes(&value), 0..) |byte, i| {
+        if (byte != 0) break i;
+    } else unreachable;
+    os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
 }
 
 fn lookUp(segment: *Segment, ptr: [*]u8) check.Found {

@@ -88,10 +88,23 @@ fn writeAfterFreeThenChurn() void {
 
 test "hardened: a write after free is caught when the free list is next used" {
     if (!hardening.encode_lists) return error.SkipZigTest;
-    // In quarantine the block has no link yet: the write to its first word
-    // is lost when it leaves, and the zeroing check sees the second.
-    if (hardening.quarantine and !hardening.zero_freed) return error.SkipZigTest;
+    // In quarantine the block has no link yet: its first word is zero
+    // while it waits, checked when it leaves.
     try util.expectAbort(writeAfterFreeThenChurn, if (hardening.quarantine) "write after free" else "corrupted free list");
+}
+
+fn writeFirstWordAfterFree() void {
+    const keep = gpa.alloc(u8, 72) catch unreachable;
+    const block = gpa.alloc(u8, 72) catch unreachable;
+    gpa.free(block);
+    block.ptr[3] = 0x41; // in the word the free-list link takes when it leaves
+    for (0..100_000) |_| gpa.free(gpa.alloc(u8, 72) catch unreachable);
+    gpa.free(keep);
+}
+
+test "hardened: a write into a waiting block's first word is caught when it leaves the quarantine" {
+    if (!hardening.quarantine) return error.SkipZigTest;
+    try util.expectAbort(writeFirstWordAfterFree, "was written at offset 3 before it was handed out again");
 }
 
 fn writeAfterFreeDeep() void {
