@@ -428,6 +428,21 @@ fn addCTests(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Bu
         run.has_side_effects = true;
         test_step.dependOn(&run.step);
     }
+    // A hardened detection's test must fail without the feature that makes
+    // it, or it could pass by accident: faults.c's `without FEATURE` mode,
+    // linked with the hardened library built without that one feature,
+    // checks that the faults it lists for the feature are then missed.
+    inline for (comptime std.meta.fieldNames(Features)) |name| {
+        if (comptime @field(Features.secure, name)) {
+            var ablated = Features.secure;
+            @field(ablated, name) = false;
+            const library = cLibraries(b, target, .fast, ablated, "kennel-secure-without-" ++ name).shared;
+            const run = b.addRunArtifact(cTestProgram(b, target, "faults", library));
+            run.addArgs(&.{ "without", name });
+            run.has_side_effects = true;
+            test_step.dependOn(&run.step);
+        }
+    }
     // Memcheck must see kennel's blocks with the valgrind build, and only
     // with it (the plain build is the control). For the baseline CPU:
     // valgrind cannot run AVX-512 code, which a native build may contain.

@@ -88,6 +88,17 @@ static void double_free_after_reuse(void) {
     free(p);
 }
 
+/* A double free after a write after free cleared the block's second word
+   (where the fast library keeps its freed mark): the hardened library's
+   live bits lie outside the block. */
+static void double_free_mark_overwritten(void) {
+    char *p = malloc(64);
+    announce(p);
+    free(p);
+    memset(p + 8, 0, 8);
+    free(p);
+}
+
 static void *free_it(void *p) {
     free(p);
     return NULL;
@@ -401,6 +412,21 @@ static void write_after_free(void) {
     free(keep);
 }
 
+/* A write after free into a block's first word, which the zero check skips
+   (the free-list link goes there): the quarantine, which cleared the word,
+   finds it written when the block leaves. */
+static void write_after_free_first_word(void) {
+    static char elsewhere[256];
+    char *target = elsewhere + 64;
+    char *keep = malloc(72);
+    char *p = malloc(72);
+    announce(p);
+    free(p);
+    memcpy(p, &target, sizeof target);
+    for (int i = 0; i < 100000; i++) free(malloc(72));
+    free(keep);
+}
+
 /* An overflow off the end of one block into the next, which is free: the
    overwritten link is caught when that block is handed out. */
 static void overflow_into_free_block(void) {
@@ -428,6 +454,36 @@ static void overflow_into_free_block(void) {
     memset(blocks[victim] + malloc_usable_size(blocks[victim]), 'B', 24); /* 24 bytes too many */
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
     /* Hardened, the neighbour waits in the quarantine: see write_after_free. */
+    for (int i = 0; i < 100000; i++) free(malloc(size));
+}
+
+/* An out-of-bounds write past a block's canary into the free-list link of
+   its upper neighbour, which is free and back on its page's list (out of
+   the quarantine): the link's encoding catches it when the list is
+   followed. Only the link is written; the zero check covers the rest. */
+static void write_into_free_link(void) {
+    enum { count = 64, size = 96 };
+    char *blocks[count];
+    for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
+    int victim = -1, neighbour = -1;
+    for (int i = 0; i < count && victim < 0; i++)
+        for (int j = 0; j < count; j++)
+            if (blocks[j] == blocks[i] + step) {
+                victim = i;
+                neighbour = j;
+                break;
+            }
+    if (victim < 0) {
+        fprintf(stderr, "no adjacent blocks\n");
+        _exit(2);
+    }
+    announce(blocks[neighbour]);
+    free(blocks[neighbour]);
+    /* Blocks of another size through the quarantine until the neighbour
+       has left it (each free lets one of 64 go, at random). */
+    for (int i = 0; i < 5000; i++) free(malloc(40));
+    memset(blocks[victim] + step, 'B', 8);
     for (int i = 0; i < 100000; i++) free(malloc(size));
 }
 
@@ -769,6 +825,7 @@ static const struct fault faults[] = {
     {"double free after reuse", double_free_after_reuse, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"double free after a moving realloc", double_free_after_moving_realloc, ABORT_NAMING, ABORT_NAMING, "freed twice", "double free"},
     {"double free, two threads", double_free_two_threads, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free, mark overwritten", double_free_mark_overwritten, ABORT_NAMING, NOT_RUN, "double free", NULL},
     {"double free, racing", double_free_racing, ABORT_NAMING, NOT_RUN, "double free", NULL},
     {"free(misaligned)", free_misaligned, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(never handed out)", free_never_handed_out, ABORT_NAMING, ABORT_NAMING, "not a block kennel handed out", NULL},
@@ -795,6 +852,8 @@ static const struct fault faults[] = {
        is written there when the block leaves it); the zeroing check sees
        the rest. */
     {"write after free", write_after_free, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
+    {"write after free, first word", write_after_free_first_word, ABORT_NAMING, NOT_RUN, "written at offset 0", NULL},
+    {"write into a free block's link", write_into_free_link, ABORT_NAMING, NOT_RUN, "corrupted free list", NULL},
     {"overflow into a free block", overflow_into_free_block, ABORT_NAMING, NOT_RUN, "corrupted free list", "write after free"},
     {"overflow into guard page", overflow_into_guard_page, ABORT_NAMING, NOT_RUN, "guard page", NULL},
     {"overflow of a medium page", overflow_medium_page, ABORT_SAYING, NOT_RUN, "heap overflow: access to the guard page", NULL},
@@ -828,11 +887,9 @@ static const struct fault faults[] = {
 
 static const char *outcome_name[] = {"abort naming the pointer", "abort with a message", "SIGSEGV", "clean exit", "not run"};
 
-static void run_fault(const struct fault *f, enum outcome expected, const char *expected_message) {
-    if (expected == NOT_RUN) {
-        printf("skip  %-28s (undefined behaviour this library does not survive)\n", f->name);
-        return;
-    }
+/* Runs one fault in a child and reports whether it ended as `expected`;
+   `out` receives the child's stderr and `status` its wait status. */
+static int try_fault(const struct fault *f, enum outcome expected, const char *expected_message, char out[4096], int *status) {
     int pipefd[2];
     if (pipe(pipefd) != 0) abort();
     pid_t pid = fork();
@@ -843,32 +900,38 @@ static void run_fault(const struct fault *f, enum outcome expected, const char *
         _exit(0);
     }
     close(pipefd[1]);
-    char out[4096];
     ssize_t n = 0, r;
-    while (n < (ssize_t)sizeof(out) - 1 && (r = read(pipefd[0], out + n, sizeof(out) - 1 - (size_t)n)) > 0) n += r;
+    while (n < 4096 - 1 && (r = read(pipefd[0], out + n, 4096 - 1 - (size_t)n)) > 0) n += r;
     out[n] = 0;
     close(pipefd[0]);
-    int status;
-    waitpid(pid, &status, 0);
+    waitpid(pid, status, 0);
 
     /* The last pointer the child announced. */
     char announced[64] = "";
     for (const char *line = strstr(out, "pointer "); line; line = strstr(line + 1, "pointer ")) sscanf(line, "pointer %63s", announced);
     const char *message = strstr(out, "kennel: ");
-    int ok = 0;
     switch (expected) {
     case ABORT_NAMING:
-        ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && message && announced[0] &&
-             strstr(message, announced) && strstr(message, expected_message);
-        break;
-    case ABORT_SAYING: ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && message && strstr(message, expected_message); break;
-    case SEGV: ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV; break;
-    case CLEAN: ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !message; break;
+        return WIFSIGNALED(*status) && WTERMSIG(*status) == SIGABRT && message && announced[0] &&
+               strstr(message, announced) && strstr(message, expected_message);
+    case ABORT_SAYING: return WIFSIGNALED(*status) && WTERMSIG(*status) == SIGABRT && message && strstr(message, expected_message);
+    case SEGV: return WIFSIGNALED(*status) && WTERMSIG(*status) == SIGSEGV;
+    case CLEAN: return WIFEXITED(*status) && WEXITSTATUS(*status) == 0 && !message;
     case NOT_RUN: break;
     }
-    if (ok) {
+    return 0;
+}
+
+static void run_fault(const struct fault *f, enum outcome expected, const char *expected_message) {
+    if (expected == NOT_RUN) {
+        printf("skip  %-28s (undefined behaviour this library does not survive)\n", f->name);
+        return;
+    }
+    char out[4096];
+    int status;
+    if (try_fault(f, expected, expected_message, out, &status)) {
         int aborted = expected == ABORT_NAMING || expected == ABORT_SAYING;
-        printf("ok    %-28s %s", f->name, aborted ? message : "");
+        printf("ok    %-28s %s", f->name, aborted ? strstr(out, "kennel: ") : "");
         if (!aborted) printf("%s\n", outcome_name[expected]);
     } else {
         printf("FAIL  %-28s expected %s; status 0x%x, stderr:\n%s\n", f->name, outcome_name[expected], status, out);
@@ -878,20 +941,31 @@ static void run_fault(const struct fault *f, enum outcome expected, const char *
 
 /* ---- Properties of the hardened library --------------------------------- */
 
+/* In `without FEATURE` mode, set for the properties FEATURE makes. */
+static int property_inverted;
+
+/* A property's verdict, counted: it must hold, or with `property_inverted`
+   must not. Returns the line's prefix. */
+static const char *verdict(int held) {
+    int ok = property_inverted ? !held : held;
+    if (!ok) failures++;
+    return ok ? "ok  " : "FAIL";
+}
+
 /* A fresh page hands out blocks in random order: count how often the next
    block is the neighbour above the last one. */
 static void check_order(int hardened) {
     enum { count = 40, size = 120 };
     char *blocks[count];
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
-    size_t step = malloc_usable_size(blocks[0]);
+    /* Hardened, the 8 bytes of a block's canary lie past its usable size. */
+    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
     int ascending = 0;
     for (int i = 1; i < count; i++) ascending += blocks[i] == blocks[i - 1] + step;
     for (int i = 0; i < count; i++) free(blocks[i]);
     /* In order: 39 of 39. Shuffled: about one in 40. */
     int ok = hardened ? ascending < 10 : ascending > 30;
-    printf("%s  %-28s %d of %d blocks follow their predecessor\n", ok ? "ok  " : "FAIL", "block order", ascending, count - 1);
-    if (!ok) failures++;
+    printf("%s  %-28s %d of %d blocks follow their predecessor\n", verdict(ok), "block order", ascending, count - 1);
 }
 
 /* The hardened library zeroes freed blocks past their link, which
@@ -917,8 +991,7 @@ static void check_fill(void) {
     int status;
     waitpid(pid, &status, 0);
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    printf("%s  %-28s freed blocks read as zero, with KENNEL_FILL_FREED=1 too\n", ok ? "ok  " : "FAIL", "zeroed freed blocks");
-    if (!ok) failures++;
+    printf("%s  %-28s freed blocks read as zero, with KENNEL_FILL_FREED=1 too\n", verdict(ok), "zeroed freed blocks");
 }
 
 /* A freed block is not the next one handed out (hardened: it waits in the
@@ -935,8 +1008,7 @@ static void check_quarantine(void) {
     }
     free(keep);
     int ok = hardened ? reused == 0 : reused > 90;
-    printf("%s  %-28s %d of 100 freed blocks handed out again at once\n", ok ? "ok  " : "FAIL", "quarantine", reused);
-    if (!ok) failures++;
+    printf("%s  %-28s %d of 100 freed blocks handed out again at once\n", verdict(ok), "quarantine", reused);
     /* Large blocks (above 64 KiB) wait too, in a ring of their own. */
     reused = 0;
     for (int i = 0; i < 40; i++) {
@@ -947,13 +1019,94 @@ static void check_quarantine(void) {
         free(b);
     }
     ok = hardened ? reused == 0 : reused > 36;
-    printf("%s  %-28s %d of 40 freed large blocks handed out again at once\n", ok ? "ok  " : "FAIL", "quarantine (large)", reused);
-    if (!ok) failures++;
+    printf("%s  %-28s %d of 40 freed large blocks handed out again at once\n", verdict(ok), "quarantine (large)", reused);
+}
+
+/* ---- Each detection's feature ------------------------------------------ */
+
+/* `faults without FEATURE`, linked with libkennel-secure built without one
+   hardening feature (config.zig's name): every fault runs with the hardened
+   library's expectation, and the ones listed here for FEATURE must then be
+   missed, or their tests above could pass without it. A fault another
+   feature also stops is not listed. The other faults' outcomes are printed
+   for the record. */
+struct need {
+    const char *fault;
+    const char *feature;
+};
+
+static const struct need needs[] = {
+    {"double free huge", "guard_pages"}, /* its mapping is gone: "not allocated" */
+    {"double free after a moving realloc", "quarantine"},
+    {"double free, mark overwritten", "check_frees"},
+    {"free(linked, never handed out)", "canary"},
+    {"free(linked, never handed out), warm", "canary"},
+    {"write after free, first word", "quarantine"},
+    {"write into a free block's link", "encode_lists"},
+    {"overflow into a free block", "canary"},
+    {"overflow into guard page", "guard_pages"},
+    {"overflow of a medium page", "guard_pages"},
+    {"overflow of a small page", "guard_pages"},
+    {"underflow into a segment header", "guard_pages"},
+    {"underflow into a huge header", "guard_pages"},
+    {"read after free (huge)", "guard_pages"},
+    {"overflow by one byte", "canary"},
+    {"overflow, then realloc", "canary"},
+    {"underflow by one byte", "canary"},
+    {"underflow into a block never handed out", "canary"},
+    {"underflow, caught at its own free", "canary"},
+    {"underflow by 32 bytes (medium)", "canary"},
+    {"underflow, then realloc", "canary"},
+    {"underflow below a large block", "guard_pages"},
+    {"free of a page's unused first block", "canary"},
+    {"write after free, deep", "zero_freed"},
+    {"write after free (large)", "guard_freed_large"},
+    {"read after free (large)", "guard_freed_large"},
+    {"write after free, reused (large)", "guard_freed_large"},
+    {"write after free, reused (large)", "quarantine"},
+    {"malloc(0): unique, freeable", "zero_size"},
+    {"read of a malloc(0) block", "zero_size"},
+};
+
+static int run_without(const char *feature) {
+    int listed = 0;
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+        const struct fault *f = &faults[i];
+        if (f->secure == NOT_RUN) continue;
+        int needed = 0;
+        for (size_t j = 0; j < sizeof(needs) / sizeof(needs[0]); j++)
+            needed |= needs[j].fault && strcmp(needs[j].fault, f->name) == 0 && strcmp(needs[j].feature, feature) == 0;
+        listed += needed;
+        char out[4096];
+        int status;
+        int stopped = try_fault(f, f->secure, f->secure_message ? f->secure_message : f->message, out, &status);
+        if (needed && stopped) {
+            printf("FAIL  %-28s handled as the hardened library does, without %s: its test cannot fail without it\n", f->name, feature);
+            failures++;
+        } else {
+            printf("%s  %-28s %s without %s\n", needed ? "ok  " : "    ", f->name, stopped ? "still handled" : "missed", feature);
+        }
+    }
+    /* The properties a feature makes must not hold without it. */
+    property_inverted = 1;
+    if (strcmp(feature, "randomize") == 0) check_order(1), listed++;
+    if (strcmp(feature, "quarantine") == 0) check_quarantine(), listed++;
+    if (strcmp(feature, "zero_freed") == 0) check_fill(), listed++;
+    if (listed == 0) {
+        printf("FAIL  no fault or property is listed for %s: nothing shows that its tests need it\n", feature);
+        failures++;
+    }
+    printf("faults (without %s): %d listed, %d failure(s)\n", feature, listed, failures);
+    return failures != 0;
 }
 
 int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc > 1 && strcmp(argv[1], "fill-child") == 0) return fill_child();
+    if (argc > 2 && strcmp(argv[1], "without") == 0) {
+        hardened = 1;
+        return run_without(argv[2]);
+    }
     if (argc < 2 || (strcmp(argv[1], "secure") != 0 && strcmp(argv[1], "fast") != 0)) {
         fprintf(stderr, "usage: %s secure|fast\n", argv[0]);
         return 2;
