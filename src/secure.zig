@@ -221,10 +221,16 @@ pub fn writeTailCanary(end: [*]u8) void {
 /// fresh (a large block's last page, discarded while it was free), and the
 /// write would then fault a second time to replace it.
 pub fn swapTailCanary(end: [*]u8) ?usize {
-    const at: *u64 = @ptrCast(@alignCast(end - tail_canary_bytes));
+    // A word at a time: 32-bit targets have no 64-bit exchange, and the
+    // first word's write brings the kernel page in for both.
+    const Words = [tail_canary_bytes / @sizeOf(usize)]usize;
+    const at = end - tail_canary_bytes;
+    const words: *Words = @ptrCast(@alignCast(at));
+    const canary: Words = @bitCast(tailCanary(@intFromPtr(at)));
+    var old: Words = undefined;
     // Monotonic: the block was just taken by this thread; atomic only so
     // that the old bytes are read by the instruction that writes.
-    const old = @atomicRmw(u64, at, .Xchg, tailCanary(@intFromPtr(at)), .monotonic);
+    for (words, canary, &old) |*word, new, *was| was.* = @atomicRmw(usize, word, .Xchg, new, .monotonic);
     for (std.mem.asBytes(&old), 0..) |byte, i| {
         if (byte != 0) return i;
     }
