@@ -427,27 +427,30 @@ static void write_after_free_first_word(void) {
     free(keep);
 }
 
+/* Two of `count` blocks of one size where the second lies right above
+   the first (hardened, 8 bytes of canary lie between them); exits the
+   child when there are none. Returns the distance between them. */
+static size_t adjacent_pair(char **blocks, int count, int *victim, int *neighbour) {
+    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < count; j++)
+            if (blocks[j] == blocks[i] + step) {
+                *victim = i;
+                *neighbour = j;
+                return step;
+            }
+    fprintf(stderr, "no adjacent blocks\n");
+    _exit(2);
+}
+
 /* An overflow off the end of one block into the next, which is free: the
    overwritten link is caught when that block is handed out. */
 static void overflow_into_free_block(void) {
     enum { count = 64, size = 96 };
     char *blocks[count];
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
-    /* A block whose upper neighbour is one of ours (hardened, 8 bytes of
-       canary lie between them). */
-    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
-    int victim = -1, neighbour = -1;
-    for (int i = 0; i < count && victim < 0; i++)
-        for (int j = 0; j < count; j++)
-            if (blocks[j] == blocks[i] + step) {
-                victim = i;
-                neighbour = j;
-                break;
-            }
-    if (victim < 0) {
-        fprintf(stderr, "no adjacent blocks\n");
-        _exit(2);
-    }
+    int victim, neighbour;
+    adjacent_pair(blocks, count, &victim, &neighbour);
     for (int i = 0; i < count; i++)
         if (i != victim) free(blocks[i]);
     announce(blocks[neighbour]);
@@ -465,19 +468,8 @@ static void write_into_free_link(void) {
     enum { count = 64, size = 96 };
     char *blocks[count];
     for (int i = 0; i < count; i++) blocks[i] = malloc(size);
-    size_t step = malloc_usable_size(blocks[0]) + (hardened ? 8 : 0);
-    int victim = -1, neighbour = -1;
-    for (int i = 0; i < count && victim < 0; i++)
-        for (int j = 0; j < count; j++)
-            if (blocks[j] == blocks[i] + step) {
-                victim = i;
-                neighbour = j;
-                break;
-            }
-    if (victim < 0) {
-        fprintf(stderr, "no adjacent blocks\n");
-        _exit(2);
-    }
+    int victim, neighbour;
+    size_t step = adjacent_pair(blocks, count, &victim, &neighbour);
     announce(blocks[neighbour]);
     free(blocks[neighbour]);
     /* Blocks of another size through the quarantine until the neighbour
