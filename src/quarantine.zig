@@ -201,10 +201,7 @@ fn checkFirstWord(block: *Block) void {
     // Monotonic: as in clearFirstWord.
     const value = @atomicLoad(usize, word, .monotonic);
     memcheck.wordDone(word);
-    if (value == 0) return;
-    const offset = for (std.mem.asBytes(&value), 0..) |byte, i| {
-        if (byte != 0) break i;
-    } else unreachable;
+    const offset = secure.firstNonzero(std.mem.asBytes(&value), 0, @sizeOf(usize)) orelse return;
     os.fatal("write after free: the free block 0x{x} was written at offset {d} before it was handed out again", .{ @intFromPtr(block), offset });
 }
 

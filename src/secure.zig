@@ -231,10 +231,7 @@ pub fn swapTailCanary(end: [*]u8) ?usize {
     // Monotonic: the block was just taken by this thread; atomic only so
     // that the old bytes are read by the instruction that writes.
     for (words, canary, &old) |*word, new, *was| was.* = @atomicRmw(usize, word, .Xchg, new, .monotonic);
-    for (std.mem.asBytes(&old), 0..) |byte, i| {
-        if (byte != 0) return i;
-    }
-    return null;
+    return firstNonzero(std.mem.asBytes(&old), 0, tail_canary_bytes);
 }
 
 /// Whether the canary before `end` is intact.
