@@ -117,7 +117,7 @@ pub fn Ring(comptime slots: usize, comptime bytes_max: usize) type {
             page: *Page,
 
             inline fn free(leaving: Leaving) void {
-                checkFirstWord(leaving.page.blockStart(leaving.block));
+                checkFirstWord(blockOf(leaving.page, leaving.block));
                 Heap.freeInPage(Segment.ofPtr(leaving.block), leaving.page, leaving.block);
             }
         };
@@ -141,7 +141,7 @@ pub fn Ring(comptime slots: usize, comptime bytes_max: usize) type {
             // Each step empties a slot.
             while (ring.count > 0) {
                 ring.count -= 1;
-                checkFirstWord(ring.pages[ring.count].blockStart(@ptrFromInt(ring.blocks[ring.count])));
+                checkFirstWord(blockOf(ring.pages[ring.count], @ptrFromInt(ring.blocks[ring.count])));
                 Heap.free(@ptrFromInt(ring.blocks[ring.count]));
                 ring.sizes[ring.count] = 0;
             }
@@ -173,7 +173,7 @@ pub fn hold(ptr: [*]u8, found: ?check.Found) void {
     // one whose exit callback ran: see thread.exited).
     if (current == &Heap.empty and !thread.mayTakeHeapToFree()) return Heap.freeInPage(segment, page, ptr);
     const heap = if (current == &Heap.empty) thread.initCurrent() orelse return Heap.freeInPage(segment, page, ptr) else current;
-    clearFirstWord(page.blockStart(ptr));
+    clearFirstWord(blockOf(page, ptr));
     if (holds_large) {
         if (large) return heap.quarantine.large.hold(&heap.random, ptr, page);
     }
@@ -185,6 +185,12 @@ pub fn hold(ptr: [*]u8, found: ?check.Found) void {
 // encoding covers it only once it is written: a write after free there
 // while the block waits was overwritten by that link, unseen. It is zero
 // while the block waits, and checked when the block leaves.
+
+/// The block `ptr` points into: itself, but in a page with over-aligned
+/// blocks (a divide, which the common free should not pay).
+inline fn blockOf(page: *Page, ptr: [*]u8) *Block {
+    return if (page.loadFlags().has_aligned) page.blockStart(ptr) else @ptrCast(@alignCast(ptr));
+}
 
 fn clearFirstWord(block: *Block) void {
     const word: *usize = &block.link;
