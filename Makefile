@@ -35,13 +35,17 @@ build: zig
 # The native suite, then the other targets' suites through their runners
 # (qemu-user, wine, wasmtime; each skipped with a note when missing) and
 # the cross-compiled-only targets: tests/targets.sh.
+# Twice as many build steps at once as cores: many test binaries spend
+# much of their run waiting (threads that sleep, children, programs under
+# LD_PRELOAD), and with one step per core a compiler then ran alone.
+TEST_JOBS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) * 2 )))
 test: zig
-	$(ZIG) build test --summary all
-	sh tests/targets.sh $(ZIG)
+	$(ZIG) build test --summary all -j$(TEST_JOBS)
+	KENNEL_TEST_JOBS=$(TEST_JOBS) sh tests/targets.sh $(ZIG)
 
 # The other targets only; TARGETS="aarch64-linux-musl x86_64-windows" for some.
 test-targets: zig
-	sh tests/targets.sh $(ZIG) $(TARGETS)
+	KENNEL_TEST_JOBS=$(TEST_JOBS) sh tests/targets.sh $(ZIG) $(TARGETS)
 
 # The WASI runner of the wasm32-wasi suite: the wasmtime package, in .venv.
 wasmtime: $(VENV)/.wasmtime

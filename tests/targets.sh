@@ -12,6 +12,7 @@
 # KENNEL_TARGETS_REQUIRE=1 (CI) a missing runner is a failure.
 #
 # Usage: tests/targets.sh [zig] [target...]   (default: every target)
+# KENNEL_TEST_JOBS=N: zig build -jN (make test sets twice the cores).
 ZIG=${1:-zig}
 [ $# -gt 0 ] && shift
 only="$*"
@@ -48,7 +49,7 @@ build_test() {
     shift 2
     echo "targets: === $label"
     start=$(date +%s)
-    if "$ZIG" build test -Dtarget="$target" --prefix "$(prefix "$target")" --summary line "$@"; then
+    if "$ZIG" build test -Dtarget="$target" --prefix "$(prefix "$target")" --summary line ${KENNEL_TEST_JOBS:+-j$KENNEL_TEST_JOBS} "$@"; then
         echo "targets: ok $label ($(($(date +%s) - start)) s)"
     else
         echo "targets: FAIL $label"
@@ -121,7 +122,7 @@ fi
 for target in aarch64-macos x86_64-macos x86_64-freebsd wasm32-freestanding; do
     wanted "$target" || continue
     echo "targets: === $target (build only)"
-    if "$ZIG" build test-build -Dtarget="$target" --prefix "$(prefix "$target")" --summary line; then
+    if "$ZIG" build test-build -Dtarget="$target" --prefix "$(prefix "$target")" --summary line ${KENNEL_TEST_JOBS:+-j$KENNEL_TEST_JOBS}; then
         echo "targets: ok $target (built)"
     else
         echo "targets: FAIL $target"

@@ -232,7 +232,8 @@ const Pipe = struct {
     done: std.atomic.Value(bool) = .init(false),
 
     fn put(p: *Pipe, batch: *Batch) void {
-        while (true) {
+        var spins: usize = 0;
+        while (true) : (spins += 1) {
             p.lock.lock();
             if (p.tail - p.head < p.ring.len) {
                 p.ring[p.tail % p.ring.len] = batch.*;
@@ -242,7 +243,7 @@ const Pipe = struct {
                 return;
             }
             p.lock.unlock();
-            std.atomic.spinLoopHint();
+            util.backOff(spins);
         }
     }
 
@@ -257,7 +258,8 @@ const Pipe = struct {
 
     fn consumer(p: *Pipe) void {
         var batch: Batch = .{};
-        while (true) {
+        var spins: usize = 0;
+        while (true) : (spins += 1) {
             // Acquire, read before the queue: done means every batch was
             // put before it (the producer's release store).
             const done = p.done.load(.acquire);
@@ -266,7 +268,7 @@ const Pipe = struct {
                     if (block[0] != @as(u8, @truncate(block.len))) @panic("consumer: block corrupted");
                     gpa.free(block);
                 }
-            } else if (done) return else std.atomic.spinLoopHint();
+            } else if (done) return else util.backOff(spins);
         }
     }
 };
