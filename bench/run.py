@@ -671,7 +671,7 @@ def write_chart(path, rows, allocators_by_section):
 # ---- The C workloads --------------------------------------------------------
 
 # bench/c/<name>.c, built into zig-out/bench/c-<name>.
-C_WORKLOADS = ["large_buffers", "batch_free", "mstress", "small_mix", "realloc_growth", "slot_swap"]
+C_WORKLOADS = ["large_buffers", "batch_free", "mstress", "small_mix", "realloc_growth", "slot_swap", "big_heap"]
 
 
 def preload_libraries(peers):
