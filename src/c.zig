@@ -29,6 +29,7 @@ const purge = @import("purge.zig");
 const cxx = @import("cxx.zig");
 const quarantine = @import("quarantine.zig");
 const pool = @import("pool.zig");
+const segment_size_bytes = @import("segment.zig").segment_size_bytes;
 
 /// Makes this compilation the C library (see config.zig).
 pub const kennel_c_library = true;
@@ -140,7 +141,21 @@ fn free(ptr: ?*anyopaque) callconv(.c) void {
 pub inline fn release(ptr: ?*anyopaque, comptime function: []const u8) void {
     if (!config.fused_free) return releaseGeneric(ptr, function);
     const heap = thread.current();
-    const f = check.freeableInOwn(heap.free_segment, ptr) orelse return releaseGeneric(ptr, function);
+    const f = check.freeableInOwn(heap.free_segment, ptr) orelse return releaseInHeap(ptr, function);
+    check.markFreedFast(f);
+    heap.freeUnflagged(f.page, @ptrCast(f.block));
+}
+
+/// `release` of a pointer outside the segment the thread freed into last:
+/// into another segment of its heap (remembered from now on), or else the
+/// generic path.
+noinline fn releaseInHeap(ptr: ?*anyopaque, comptime function: []const u8) void {
+    // Looked up again: passing it costs the fast path an instruction.
+    const heap = thread.current();
+    const f = check.freeableInHeap(heap, ptr) orelse return releaseGeneric(ptr, function);
+    // Before the free, which may release the segment (and clear the field
+    // again in removeSegment).
+    heap.free_segment = @intFromPtr(ptr) & ~@as(usize, segment_size_bytes - 1);
     check.markFreedFast(f);
     heap.freeUnflagged(f.page, @ptrCast(f.block));
 }
@@ -551,7 +566,7 @@ fn envFlag(comptime name: [:0]const u8) bool {
 fn describe() void {
     const h = config.hardening;
     os.note("kennel {s} library: {d} size classes up to {d} bytes, segments of {d} bytes", .{
-        if (config.secure) "hardened" else "fast", size_class.class_count, size_class.block_size_max_bytes, @import("segment.zig").segment_size_bytes,
+        if (config.secure) "hardened" else "fast", size_class.class_count, size_class.block_size_max_bytes, segment_size_bytes,
     });
     os.note("hardening: checked frees {s}, encoded free lists {s}, guard pages {s}, random block order {s}, canaries {s}, zeroed freed blocks {s}, quarantine {s}, zero-size blocks {s}, guarded freed large blocks {s}, fill freed {s}", .{
         onOff(h.check_frees), onOff(h.encode_lists), onOff(h.guard_pages), onOff(h.randomize),         onOff(h.canary),

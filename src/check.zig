@@ -173,6 +173,24 @@ pub inline fn freeableInOwn(segment_address: usize, ptr: ?*anyopaque) ?Freeable 
     return .{ .page = page, .block = block };
 }
 
+/// `freeableInOwn` for a pointer into any segment of pages that `heap`
+/// owns, not only the one it freed into last: a program whose live blocks
+/// fill many segments frees into them in turn (big_heap: 91% of its frees
+/// missed the remembered segment and took the generic path). The segment
+/// map first, as in `validate`: nothing behind a foreign pointer is read
+/// before it says the segment exists; then its kind and owner. Null sends
+/// the free to the generic path, which names any fault.
+pub fn freeableInHeap(heap: *const Heap, ptr: ?*anyopaque) ?Freeable {
+    comptime assert(config.fused_free);
+    const base = @intFromPtr(ptr) & ~@as(usize, segment_mod.segment_size_bytes - 1);
+    if (!segment_mod.segment_map.contains(base)) return null;
+    const segment: *Segment = @ptrFromInt(base);
+    // Only this thread makes its heap a segment's owner, or stops it being
+    // one: a stale value is never `heap`.
+    if (segment.kind != .pages or segment.ownerRelaxed() != heap) return null;
+    return freeableInOwn(base, ptr);
+}
+
 /// Marks a block `freeableInOwn` passed as freed (see markFreed).
 pub inline fn markFreedFast(f: Freeable) void {
     f.block[1] = freedMark(f.page);

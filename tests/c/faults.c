@@ -344,6 +344,39 @@ static void double_free_two_threads_warm(void) {
     double_free_two_threads();
 }
 
+/* The fast free also checks, without the generic path, a pointer into
+   another segment of the thread's own heap than the one it freed into
+   last (check.freeableInHeap): `early` lies in one segment, and the
+   thread has just freed into a later one. */
+static char *in_an_earlier_segment(size_t size) {
+    char *early = malloc(size);
+    if (early == NULL) abort();
+    /* 2 KiB blocks until one lies 4 MiB or more away (segments are 4 MiB). */
+    for (int i = 0; i < 16384; i++) {
+        char *later = malloc(2048);
+        if (later == NULL) abort();
+        if ((size_t)(later > early ? later - early : early - later) >= (4u << 20)) {
+            free(later);
+            return early;
+        }
+    }
+    abort();
+}
+
+static void double_free_earlier_segment(void) {
+    char *p = in_an_earlier_segment(40);
+    free(p);
+    warm(2048); /* the later segment is remembered again */
+    announce(p);
+    free(p);
+}
+
+static void free_interior_earlier_segment(void) {
+    char *p = in_an_earlier_segment(100);
+    announce(p + 16);
+    free(p + 16);
+}
+
 /* A page of several 64 KiB slices (blocks of 40000 bytes): a fresh page
    hands its blocks out in address order, so 64 KiB past the first block
    lies the middle of the second, in the page's second slice. The third
@@ -836,6 +869,8 @@ static const struct fault faults[] = {
     {"free(linked, never handed out), warm", free_linked_never_handed_out_warm, ABORT_NAMING, ABORT_NAMING, "never handed out", "middle of a block"},
     {"free(static), warm", free_static_warm, ABORT_NAMING, ABORT_NAMING, "not allocated by kennel", NULL},
     {"double free, warm", double_free_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"double free, earlier segment", double_free_earlier_segment, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
+    {"free interior, earlier segment", free_interior_earlier_segment, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"double free, 2 threads, warm", double_free_two_threads_warm, ABORT_NAMING, ABORT_NAMING, "double free", NULL},
     {"free(interior, second slice)", free_interior_second_slice, ABORT_NAMING, ABORT_NAMING, "middle of a block", NULL},
     {"free(unused slice)", free_unused_slice, ABORT_NAMING, ABORT_NAMING, "in memory kennel does not use", NULL},
