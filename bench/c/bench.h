@@ -86,6 +86,15 @@ static inline size_t bench_range(struct bench_rng *r, size_t lo, size_t hi) {
     return lo + (size_t)(bench_next(r) % (hi - lo + 1));
 }
 
+/* A 64-bit word at any byte address (blocks' stamps and sizes). */
+static inline void bench_store64(unsigned char *p, uint64_t v) { memcpy(p, &v, sizeof v); }
+
+static inline uint64_t bench_load64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static inline void *bench_malloc(size_t size) {
     void *p = malloc(size);
     if (p == NULL) bench_oom(size);

@@ -22,24 +22,16 @@ struct slot {
     size_t size;
 };
 
-static void store64(unsigned char *p, uint64_t v) { memcpy(p, &v, sizeof v); }
-
-static uint64_t load64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 static void make_block(struct slot *s, struct bench_rng *rng, uint64_t stamp) {
     s->size = (bench_next(rng) & 3) ? bench_range(rng, BLOCK_MIN_BYTES, SMALL_MAX_BYTES)
                                     : bench_range(rng, SMALL_MAX_BYTES + 1, BLOCK_MAX_BYTES);
     s->block = bench_malloc(s->size);
-    store64(s->block, stamp);
-    store64(s->block + s->size - 8, stamp);
+    bench_store64(s->block, stamp);
+    bench_store64(s->block + s->size - 8, stamp);
 }
 
 static void check_and_free(struct slot *s, uint64_t stamp) {
-    if (load64(s->block) != stamp || load64(s->block + s->size - 8) != stamp)
+    if (bench_load64(s->block) != stamp || bench_load64(s->block + s->size - 8) != stamp)
         bench_fail("big_heap: block %p of %zu bytes changed", (void *)s->block, s->size);
     free(s->block);
     s->block = NULL;

@@ -29,14 +29,6 @@ struct worker {
     size_t replacements;
 };
 
-static void store64(unsigned char *p, uint64_t v) { memcpy(p, &v, sizeof v); }
-
-static uint64_t load64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 static void fill(struct buffer *b, struct bench_rng *rng) {
     b->size = bench_range(rng, BUFFER_MIN_BYTES, BUFFER_MAX_BYTES);
     b->stamp = bench_next(rng) | 1;
@@ -47,17 +39,17 @@ static void fill(struct buffer *b, struct bench_rng *rng) {
         memset(b->bytes, bench_zero, b->size);
     }
     for (size_t off = 0; off + 16 <= b->size; off += PAGE_BYTES) {
-        store64(b->bytes + off, b->stamp ^ off);
-        if (load64(b->bytes + off + 8) != 0) bench_fail("large_buffers: byte %zu of a new %zu-byte buffer is not zero", off + 8, b->size);
+        bench_store64(b->bytes + off, b->stamp ^ off);
+        if (bench_load64(b->bytes + off + 8) != 0) bench_fail("large_buffers: byte %zu of a new %zu-byte buffer is not zero", off + 8, b->size);
     }
-    store64(b->bytes + b->size - 8, b->stamp);
+    bench_store64(b->bytes + b->size - 8, b->stamp);
 }
 
 static void release(struct buffer *b) {
     for (size_t off = 0; off + 16 <= b->size; off += PAGE_BYTES) {
-        if (load64(b->bytes + off) != (b->stamp ^ off)) bench_fail("large_buffers: page at %zu of a %zu-byte buffer changed", off, b->size);
+        if (bench_load64(b->bytes + off) != (b->stamp ^ off)) bench_fail("large_buffers: page at %zu of a %zu-byte buffer changed", off, b->size);
     }
-    if (load64(b->bytes + b->size - 8) != b->stamp) bench_fail("large_buffers: tail of a %zu-byte buffer changed", b->size);
+    if (bench_load64(b->bytes + b->size - 8) != b->stamp) bench_fail("large_buffers: tail of a %zu-byte buffer changed", b->size);
     free(b->bytes);
     b->bytes = NULL;
 }

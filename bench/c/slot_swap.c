@@ -32,14 +32,6 @@ struct worker {
 
 static _Atomic(unsigned char *) slots[SLOTS];
 
-static void store64(unsigned char *p, uint64_t v) { memcpy(p, &v, sizeof v); }
-
-static uint64_t load64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 static size_t pick_size(struct bench_rng *rng) {
     uint64_t roll = bench_next(rng) % 100;
     size_t max = roll < 70 ? SMALL_MAX_BYTES : roll < 90 ? MEDIUM_MAX_BYTES : LARGE_MAX_BYTES;
@@ -51,17 +43,17 @@ static unsigned char *make_block(struct bench_rng *rng) {
     uint64_t stamp = bench_next(rng) | 1;
     unsigned char *b = bench_malloc(size);
     memset(b, (int)(stamp & 0xff), size);
-    store64(b, size);
-    store64(b + 8, stamp);
-    store64(b + size - 8, stamp);
+    bench_store64(b, size);
+    bench_store64(b + 8, stamp);
+    bench_store64(b + size - 8, stamp);
     return b;
 }
 
 static void release_block(unsigned char *b) {
-    size_t size = (size_t)load64(b);
-    uint64_t stamp = load64(b + 8);
+    size_t size = (size_t)bench_load64(b);
+    uint64_t stamp = bench_load64(b + 8);
     if (size < HEADER_BYTES + 8 || size > LARGE_MAX_BYTES) bench_fail("slot_swap: a block's size word reads %zu", size);
-    if (load64(b + size - 8) != stamp) bench_fail("slot_swap: the tail of a %zu-byte block changed", size);
+    if (bench_load64(b + size - 8) != stamp) bench_fail("slot_swap: the tail of a %zu-byte block changed", size);
     if (b[HEADER_BYTES] != (unsigned char)(stamp & 0xff)) bench_fail("slot_swap: the body of a %zu-byte block changed", size);
     free(b);
 }
